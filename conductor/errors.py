@@ -1,0 +1,37 @@
+"""One exception family for the whole library, so callers can catch ``ConductorError``."""
+
+
+class ConductorError(Exception):
+    """Base class of every error the library raises on purpose."""
+
+
+class ConfigError(ConductorError, ValueError):
+    """A pool, budget or program configuration is invalid. The message lists every problem at once."""
+
+
+class WorkflowError(ConductorError, ValueError):
+    """The conductor's text is not a usable workflow: it can't be parsed, or it breaks a rule of the pool or limits.
+
+    ``problems`` holds every problem found, so a caller (or a reward) sees them all, not just the first.
+    """
+
+    def __init__(self, problems: list[str], text: str | None = None):
+        self.problems = list(problems)
+        self.text = text
+        super().__init__("; ".join(self.problems))
+
+
+class WorkerError(ConductorError, RuntimeError):
+    """A worker failed to produce a completion (provider error, crash, bad output)."""
+
+
+class WorkerTimeout(WorkerError, TimeoutError):
+    """A worker did not answer within its wall-clock limit."""
+
+
+class BudgetExceeded(ConductorError):
+    """The next call would go past the run's budget of steps, tokens or cost; it was not made."""
+
+
+class MissingDependency(ConductorError, ImportError):
+    """An optional dependency is needed for this feature; the message says what to install."""

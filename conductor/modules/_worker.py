@@ -1,0 +1,135 @@
+"""The one interface every worker kind implements, and the LM-backed worker.
+
+Everything that can take a step of a workflow is a ``Worker``: an API model named by a litellm string, a local model
+served in-process, or a Python tool. The executor only ever talks to this interface.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dspy
+from dspy.lm15 import Config, Message, Request
+
+from conductor.errors import WorkerError
+
+Messages = list[dict[str, str]]
+"""OpenAI-style chat messages: ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``."""
+
+
+@dataclass(frozen=True)
+class Price:
+    """Dollars per 1,000 input and output tokens."""
+
+    input_per_1k: float = 0.0
+    output_per_1k: float = 0.0
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_1k + output_tokens * self.output_per_1k) / 1000
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a worker returns for one call. ``cost`` is ``None`` when the worker can't price the call itself;
+    the executor then prices it from the worker's ``price``."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+
+
+class Worker(abc.ABC):
+    """A member of a worker pool: chat messages in, text out, with token counts.
+
+    Contract every implementation keeps (checked by ``tests/modules/worker_contract.py``):
+
+    - ``complete`` is thread-safe: the executor may call one worker from several threads at once.
+    - ``complete`` honours ``max_tokens`` as an upper bound on ``Completion.output_tokens`` (the executor relies on it
+      to keep a run inside its budget) and returns non-negative token counts.
+    - Failures raise ``WorkerError`` (or a subclass); anything else escaping ``complete`` is treated the same way.
+    - ``count_tokens`` may over-estimate but should not under-estimate the prompt tokens of ``messages``.
+    - A worker never retries on its own: retries, backoff and timeouts belong to the executor.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        price: Price = Price(),
+        max_tokens: int = 512,
+        temperature: float = 0.2,
+        timeout_s: float = 120.0,
+        retries: int = 2,
+    ):
+        if not name:
+            raise ValueError("a worker needs a name")
+        self.name = name
+        self.description = description
+        self.price = price
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.timeout_s = timeout_s
+        self.retries = retries
+
+    @abc.abstractmethod
+    def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
+        """Answer the last user message of ``messages``."""
+
+    def count_tokens(self, messages: Messages) -> int:
+        """Prompt tokens of ``messages``; the default is a cautious estimate of 1 token per 3 characters."""
+        return sum(math.ceil(len(m["content"]) / 3) + 4 for m in messages)
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most workers hold nothing
+        """Release what the worker holds (processes, models). Safe to call twice."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class LMWorker(Worker):
+    """A worker backed by a ``dspy.LM``: any litellm model string, or an in-process model behind a DSPy engine.
+
+    Local and API models share this one code path; only the ``dspy.LM`` they wrap differs.
+    """
+
+    def __init__(self, name: str, lm: dspy.LM, *, token_counter: Callable[[Messages], int] | None = None, **kwargs):
+        super().__init__(name, **kwargs)
+        self.lm = lm
+        self._token_counter = token_counter
+
+    def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
+        turns = tuple(
+            Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"])
+            for m in messages
+            if m["role"] != "system"
+        )
+        request = Request(
+            model=self.lm.model,
+            messages=turns,
+            system=system,
+            config=Config(max_tokens=max_tokens, temperature=temperature),
+        )
+        try:
+            response = self.lm(request)
+        except Exception as exc:
+            raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        usage = response.usage
+        input_tokens = (usage.input_tokens if usage else None) or self.count_tokens(messages)
+        output_tokens = (usage.output_tokens if usage else None) or 0
+        return Completion(text=response.text or "", input_tokens=input_tokens, output_tokens=output_tokens)
+
+    def count_tokens(self, messages: Messages) -> int:
+        if self._token_counter is not None:
+            return self._token_counter(messages)
+        try:
+            import litellm
+
+            return int(litellm.token_counter(model=self.lm.model, messages=messages))
+        except Exception:  # unknown model name: fall back to the cautious estimate
+            return super().count_tokens(messages)
