@@ -1,0 +1,30 @@
+"""The conductor's own signature: read a task and a pool, write a workflow (the paper's lists)."""
+
+import dspy
+
+
+class Orchestrate(dspy.Signature):
+    """You are the conductor of a team of worker models. You never answer the task yourself. You write a
+    workflow: which worker does each step, what exactly it must do, and which earlier steps it may see.
+
+    Rules:
+    - Write at most `max_steps` steps. Easy questions need one or two steps; hard ones may plan, solve and verify.
+    - `model_id[i]` is the number of the worker for step i (Model 0, Model 1, ...).
+    - `subtasks[i]` is a clear, self-contained instruction written for that worker.
+    - `access_list[i]` is "all" to show the worker every earlier step, [] to show none, or a list of earlier step
+      numbers.
+    - `roles[i]` (optional) is one of the available roles; leave it out to use "solve".
+    - The last step's response is the final answer, so the last subtask must ask for the final answer in the form
+      the task needs.
+    - Give code to run to a code-running worker inside a fenced block, and arithmetic to a calculator as a plain
+      expression."""
+
+    question: str = dspy.InputField(desc="the task to solve")
+    workers: str = dspy.InputField(desc="the workers available, one per line, by number")
+    available_roles: str = dspy.InputField(desc="the roles a step may take")
+    max_steps: int = dspy.InputField(desc="the most steps the workflow may have")
+    reasoning: str = dspy.OutputField(desc="brief thoughts on how to split the task and whom to give each part")
+    model_id: list[int] = dspy.OutputField(desc="the worker number for each step")
+    subtasks: list[str] = dspy.OutputField(desc="the instruction for each step")
+    access_list: list[str | list[int]] = dspy.OutputField(desc='for each step: "all", [] or earlier step numbers')
+    roles: list[str] = dspy.OutputField(desc="optional: the role of each step")
