@@ -1,0 +1,101 @@
+"""Adapters between DSPy signatures and the plain text that small models can follow.
+
+Tiny local models can't emit DSPy's ``[[ ## field ## ]]`` markers, so:
+- ``WorkerPromptAdapter`` renders a role signature as a plain-text prompt and takes the whole completion as the
+  role's single output field;
+- ``WorkflowAdapter`` renders ``Orchestrate`` and reads the conductor's completion with the tolerant workflow parser.
+Both are ordinary ``dspy.Adapter``s, so instructions and few-shot demos set by DSPy optimizers flow through them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from conductor.errors import WorkflowError
+from conductor.modules._workflow import Workflow
+
+WORKER_PREAMBLE = "You are solving one subtask within an overall task."
+_TITLES = {"question": "Overall task", "context": "Earlier steps", "subtask": "Your subtask"}
+
+
+def _render_inputs(signature: type[dspy.Signature], inputs: dict[str, Any], titles: dict[str, str]) -> str:
+    parts = []
+    for name in signature.input_fields:
+        value = inputs.get(name)
+        if value is None or value == "":
+            continue
+        title = titles.get(name, name.replace("_", " ").capitalize())
+        parts.append(f"{title}:\n{value}")
+    return "\n\n".join(parts)
+
+
+class WorkerPromptAdapter(dspy.Adapter):
+    """A role signature as a plain-text chat: instructions as the system message, the inputs as one user message."""
+
+    def format(self, signature, demos, inputs):
+        messages = [{"role": "system", "content": signature.instructions}]
+        for demo in demos:
+            messages.append({"role": "user", "content": self._user(signature, demo)})
+            messages.append({"role": "assistant", "content": str(demo.get(self._output(signature), ""))})
+        messages.append({"role": "user", "content": self._user(signature, inputs)})
+        return messages
+
+    def parse(self, signature, completion):
+        return {self._output(signature): completion.strip()}
+
+    @staticmethod
+    def _user(signature, inputs) -> str:
+        return f"{WORKER_PREAMBLE}\n\n{_render_inputs(signature, inputs, _TITLES)}"
+
+    @staticmethod
+    def _output(signature) -> str:
+        return next(iter(signature.output_fields))
+
+
+class WorkflowAdapter(dspy.Adapter):
+    """``Orchestrate`` as plain text in, the paper's list format out."""
+
+    def format(self, signature, demos, inputs):
+        system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{_FORMAT_EXAMPLE}"
+        messages = [{"role": "system", "content": system}]
+        for demo in demos:
+            messages.append({"role": "user", "content": _render_inputs(signature, demo, {})})
+            messages.append({"role": "assistant", "content": _workflow_of(demo).to_text()})
+        messages.append({"role": "user", "content": _render_inputs(signature, inputs, {})})
+        return messages
+
+    def parse(self, signature, completion):
+        try:
+            workflow = Workflow.parse(completion)
+        except WorkflowError as exc:
+            raise AdapterParseError(type(self).__name__, signature, completion, message=str(exc)) from exc
+        return workflow_fields(workflow)
+
+
+_FORMAT_EXAMPLE = Workflow.from_lists(
+    [0, 1], ["<instruction for step 0>", "<instruction for step 1>"], [[], "all"], reasoning="<brief thoughts>"
+).to_text()
+
+
+def workflow_fields(workflow: Workflow) -> dict[str, Any]:
+    """The ``Orchestrate`` output fields of a workflow (what a few-shot demo or a prediction holds)."""
+    return {
+        "reasoning": workflow.reasoning,
+        "model_id": [s.worker for s in workflow.steps],
+        "subtasks": [s.subtask for s in workflow.steps],
+        "access_list": [s.access if s.access == "all" else list(s.access) for s in workflow.steps],
+        "roles": [s.role or "" for s in workflow.steps] if any(s.role for s in workflow.steps) else None,
+    }
+
+
+def _workflow_of(fields: dict[str, Any]) -> Workflow:
+    return Workflow.from_lists(
+        list(fields["model_id"]),
+        list(fields["subtasks"]),
+        list(fields["access_list"]),
+        list(fields["roles"]) if fields.get("roles") else None,
+        reasoning=fields.get("reasoning") or "",
+    )

@@ -1,0 +1,125 @@
+import itertools
+import time
+
+import dspy
+import pytest
+
+from conductor.modules import Budget, Executor, Price, Step, WorkerPool, Workflow
+from conductor.signatures import Solve, Verify
+from conductor.testing import ScriptedWorker
+
+
+def no_sleep(_):
+    pass
+
+
+def pool_of(*workers):
+    return WorkerPool(list(workers))
+
+
+def test_prompt_holds_task_visible_steps_and_subtask_in_order():
+    a = ScriptedWorker("a", itertools.repeat("first result"))
+    b = ScriptedWorker("b", itertools.repeat("second result"))
+    c = ScriptedWorker("c", itertools.repeat("final"))
+    workflow = Workflow((Step(0, "do A"), Step(1, "do B", ()), Step(2, "combine", (0,))))
+    result = Executor(pool_of(a, b, c)).run(workflow, "the task")
+    assert result.answer == "final" and result.error is None
+    prompt = c.prompts[0]
+    assert prompt.index("the task") < prompt.index("do A") < prompt.index("first result") < prompt.index("combine")
+    assert "second result" not in prompt  # step 2 may only see step 0
+    assert "first result" not in b.prompts[0]  # step 1 sees nothing
+    assert [s.visible for s in result.steps] == [(), (), (0,)]
+
+
+def test_role_instructions_become_the_system_message():
+    worker = ScriptedWorker("w")
+    Executor(pool_of(worker)).run(Workflow((Step(0, "check it", role="verify"), Step(0, "go"))), "task")
+    assert worker.messages[0][0] == {"role": "system", "content": Verify.instructions}
+    assert worker.messages[1][0] == {"role": "system", "content": Solve.instructions}  # the default role
+
+
+def test_trace_records_tokens_cost_and_latency():
+    worker = ScriptedWorker("w", itertools.repeat("one two three"), price=Price(1.0, 2.0))
+    result = Executor(pool_of(worker)).run(Workflow((Step(0, "go"),)), "task")
+    step = result.steps[0]
+    assert step.completion_tokens == 3 and step.prompt_tokens > 0
+    assert step.cost == pytest.approx((step.prompt_tokens * 1.0 + 3 * 2.0) / 1000)
+    assert result.cost == step.cost and result.tokens == step.prompt_tokens + 3
+    assert step.latency_s >= 0 and step.attempts == 1
+
+
+def test_a_failing_worker_is_retried_with_backoff_then_succeeds():
+    sleeps = []
+    flaky = ScriptedWorker("flaky", itertools.repeat("fine"), fail_times=2, retries=2)
+    result = Executor(pool_of(flaky), sleep=sleeps.append, backoff_s=0.1).run(Workflow((Step(0, "go"),)), "t")
+    assert result.answer == "fine" and flaky.calls == 3 and result.steps[0].attempts == 3
+    assert len(sleeps) == 2 and sleeps[1] >= 0.2 * 0.99  # exponential: 0.1·2⁰+jitter, then 0.1·2¹+jitter
+
+
+def test_a_worker_that_keeps_raising_stops_the_run_with_a_partial_result():
+    good = ScriptedWorker("good", itertools.repeat("step zero done"))
+    bad = ScriptedWorker("bad", fail_times=99, retries=1)
+    never = ScriptedWorker("never")
+    workflow = Workflow((Step(0, "a"), Step(1, "b"), Step(2, "c")))
+    result = Executor(pool_of(good, bad, never), sleep=no_sleep).run(workflow, "t")
+    assert result.answer is None
+    assert result.error.kind == "execution" and "step 1 (bad) failed after 2 attempts" in result.error.message
+    assert [s.output for s in result.steps] == ["step zero done", None]  # the partial result survives
+    assert never.calls == 0 and bad.calls == 2
+
+
+def test_a_hanging_worker_times_out_and_is_retried():
+    slow = ScriptedWorker("slow", delay_s=5, timeout_s=0.2, retries=1)
+    started = time.perf_counter()
+    result = Executor(pool_of(slow), sleep=no_sleep).run(Workflow((Step(0, "go"),)), "t")
+    assert time.perf_counter() - started < 2
+    assert result.error.kind == "execution" and "did not answer within 0.2 s" in result.error.message
+    assert slow.calls == 2
+
+
+def test_a_worker_raising_a_foreign_exception_is_a_worker_failure():
+    worker = ScriptedWorker("w", lambda _: 1 / 0, retries=0)
+    result = Executor(pool_of(worker), sleep=no_sleep).run(Workflow((Step(0, "go"),)), "t")
+    assert "ZeroDivisionError" in result.error.message
+
+
+def test_step_budget_stops_before_the_extra_step():
+    worker = ScriptedWorker("w")
+    result = Executor(pool_of(worker)).run(Workflow((Step(0, "a"), Step(0, "b"))), "t", Budget(max_steps=1))
+    assert worker.calls == 1 and result.error.kind == "budget" and result.answer is None
+
+
+def test_token_budget_shrinks_max_tokens_and_is_never_exceeded():
+    worker = ScriptedWorker("w", itertools.repeat("word " * 500), max_tokens=400)
+    executor = Executor(pool_of(worker), min_output_tokens=1)
+    workflow = Workflow((Step(0, "a"), Step(0, "b"), Step(0, "c")))
+    result = executor.run(workflow, "t", Budget(max_tokens=300))
+    assert result.tokens <= 300
+    assert result.error.kind == "budget"  # the third step could not fit
+
+
+def test_cost_budget_is_enforced_before_the_call():
+    worker = ScriptedWorker("w", itertools.repeat("word " * 1000), price=Price(0.0, 10.0), max_tokens=1000)
+    executor = Executor(pool_of(worker), min_output_tokens=1)
+    result = executor.run(Workflow((Step(0, "a"), Step(0, "b"))), "t", Budget(max_cost=0.015))
+    assert result.cost <= 0.015
+    assert result.steps[0].completion_tokens == 1  # 0.015 $ buys 1 output token at $10/1K
+
+
+def test_budget_too_small_for_any_step_calls_nobody():
+    worker = ScriptedWorker("w", price=Price(100.0, 100.0))
+    result = Executor(pool_of(worker)).run(Workflow((Step(0, "a"),)), "t", Budget(max_cost=0.0001))
+    assert worker.calls == 0 and result.error.kind == "budget" and result.steps == []
+
+
+def test_worker_steps_appear_in_dspy_traces_for_optimizers():
+    executor = Executor(pool_of(ScriptedWorker("w", itertools.repeat("hi"))))
+    with dspy.context(trace=[]):
+        executor.run(Workflow((Step(0, "a", role="plan"),)), "t")
+        trace = dspy.settings.trace
+    assert trace[0][0] is executor.roles["plan"] and trace[0][2].response == "hi"
+
+
+def test_unknown_default_role_is_refused():
+    with pytest.raises(ValueError, match="default role"):
+        Executor(pool_of(ScriptedWorker("w")), default_role="nope")
