@@ -1,0 +1,56 @@
+"""dspy-conductor: a trainable conductor LM that writes and runs workflows over a pool of workers."""
+
+import os
+
+# litellm otherwise tries to download its price table at import time; these machines (and many clusters) are offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from conductor.errors import (
+    BudgetExceeded,
+    ConductorError,
+    ConfigError,
+    MissingDependency,
+    WorkerError,
+    WorkerTimeout,
+    WorkflowError,
+)
+from conductor.modules import (
+    Budget,
+    Completion,
+    Conductor,
+    Executor,
+    Limits,
+    LMWorker,
+    Price,
+    RunError,
+    Step,
+    StepTrace,
+    Worker,
+    WorkerPool,
+    Workflow,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "Completion",
+    "Conductor",
+    "ConductorError",
+    "ConfigError",
+    "Executor",
+    "LMWorker",
+    "Limits",
+    "MissingDependency",
+    "Price",
+    "RunError",
+    "Step",
+    "StepTrace",
+    "Worker",
+    "WorkerError",
+    "WorkerPool",
+    "WorkerTimeout",
+    "Workflow",
+    "WorkflowError",
+]

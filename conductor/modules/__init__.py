@@ -1,0 +1,30 @@
+"""Workflows, workers and pools, the executor and the Conductor module."""
+
+from conductor.modules._answer import extract_answer
+from conductor.modules._conductor import Conductor
+from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace
+from conductor.modules._pool import WorkerPool
+from conductor.modules._prompts import WorkerPromptAdapter, WorkflowAdapter
+from conductor.modules._worker import Completion, LMWorker, Messages, Price, Worker
+from conductor.modules._workflow import Limits, Step, Workflow
+
+__all__ = [
+    "Budget",
+    "Completion",
+    "Conductor",
+    "Executor",
+    "LMWorker",
+    "Limits",
+    "Messages",
+    "Price",
+    "RunError",
+    "RunResult",
+    "Step",
+    "StepTrace",
+    "Worker",
+    "WorkerPool",
+    "WorkerPromptAdapter",
+    "Workflow",
+    "WorkflowAdapter",
+    "extract_answer",
+]

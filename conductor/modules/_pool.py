@@ -1,0 +1,218 @@
+"""``WorkerPool``: the ordered team of workers a conductor addresses by index, built in code or from a config.
+
+Config (a dict, or a YAML / TOML file with the same shape)::
+
+    show_descriptions: false          # workers appear to the conductor as "Model 0", "Model 1", ... (the paper)
+    workers:
+      - {name: smollm2, kind: local, model: smollm2-135m-instruct}
+      - {name: gpt, kind: lm, model: openai/gpt-4o-mini, api_key_env: OPENAI_API_KEY,
+         price: {input_per_1k: 0.00015, output_per_1k: 0.0006}}
+      - {name: python, kind: tool, tool: python}            # built-in tools: python, calculator
+      - {name: lookup, kind: tool, tool: "my_pkg.tools:lookup"}
+
+Secrets never live in the config: an ``lm`` worker names the environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+
+from conductor.errors import ConfigError
+from conductor.modules._worker import LMWorker, Price, Worker
+
+BUILTIN_TOOLS = ("python", "calculator")
+
+
+class PriceSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    input_per_1k: float = pydantic.Field(0.0, ge=0)
+    output_per_1k: float = pydantic.Field(0.0, ge=0)
+
+
+class WorkerSpec(pydantic.BaseModel):
+    """One worker of a pool config. ``kind`` decides which of ``model`` / ``tool`` it needs."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str = pydantic.Field(min_length=1)
+    kind: Literal["lm", "local", "tool"]
+    model: str | None = None
+    tool: str | None = None
+    description: str = ""
+    price: PriceSpec = PriceSpec()
+    max_tokens: int = pydantic.Field(512, gt=0)
+    temperature: float = pydantic.Field(0.2, ge=0)
+    timeout_s: float = pydantic.Field(120.0, gt=0)
+    retries: int = pydantic.Field(2, ge=0)
+    api_key_env: str | None = None
+    api_base: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _kind_needs(self) -> WorkerSpec:
+        if self.kind in ("lm", "local") and not self.model:
+            raise ValueError(f"a {self.kind!r} worker needs `model`")
+        if self.kind == "tool" and not self.tool:
+            raise ValueError("a 'tool' worker needs `tool` (python, calculator or 'module:function')")
+        if self.kind == "tool" and self.tool not in BUILTIN_TOOLS and ":" not in self.tool:
+            raise ValueError(f"unknown tool {self.tool!r}: use one of {BUILTIN_TOOLS} or 'module:function'")
+        return self
+
+
+class PoolSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    workers: list[WorkerSpec] = pydantic.Field(min_length=1)
+    show_descriptions: bool = False
+
+    @pydantic.model_validator(mode="after")
+    def _unique_names(self) -> PoolSpec:
+        names = [w.name for w in self.workers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"worker names must be unique; repeated: {duplicates}")
+        return self
+
+
+DEFAULT_POOL: dict[str, Any] = {
+    "workers": [
+        {"name": "smollm2", "kind": "local", "model": "smollm2-135m-instruct", "max_tokens": 256},
+        {"name": "gemma", "kind": "local", "model": "gemma-3-270m", "max_tokens": 256},
+        {"name": "python", "kind": "tool", "tool": "python"},
+        {"name": "calculator", "kind": "tool", "tool": "calculator"},
+    ]
+}
+
+
+class WorkerPool(Sequence[Worker]):
+    """An ordered, immutable sequence of uniquely named workers. Index ``i`` is "Model i" to the conductor."""
+
+    def __init__(self, workers: Sequence[Worker], *, show_descriptions: bool = False, spec: PoolSpec | None = None):
+        if not workers:
+            raise ConfigError("a worker pool needs at least one worker")
+        names = [w.name for w in workers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"worker names must be unique: {names}")
+        self._workers = tuple(workers)
+        self.show_descriptions = show_descriptions
+        self.spec = spec  # the config it was built from, if any (saved with compiled programs; holds no secrets)
+
+    # ---- building ------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | PoolSpec) -> WorkerPool:
+        """Build from a config dict; every problem in it is reported at once in one ``ConfigError``."""
+        try:
+            spec = config if isinstance(config, PoolSpec) else PoolSpec.model_validate(config)
+        except pydantic.ValidationError as exc:
+            lines = [f"  {'.'.join(map(str, e['loc'])) or '(pool)'}: {e['msg']}" for e in exc.errors()]
+            raise ConfigError("invalid worker pool config:\n" + "\n".join(lines)) from None
+        return cls([_build_worker(w) for w in spec.workers], show_descriptions=spec.show_descriptions, spec=spec)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> WorkerPool:
+        """Build from a ``.yaml``/``.yml`` or ``.toml`` file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"can't read pool file {path}: {exc}") from exc
+        try:
+            config = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path} is not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {exc}") from exc
+        if not isinstance(config, dict):
+            raise ConfigError(f"{path} must hold a mapping with a `workers` list")
+        return cls.from_config(config)
+
+    @classmethod
+    def default(cls) -> WorkerPool:
+        """The embedded local pool: SmolLM2-135M-Instruct, Gemma-3-270M, a Python sandbox and a calculator."""
+        return cls.from_config(DEFAULT_POOL)
+
+    # ---- using ---------------------------------------------------------------------------------------------------
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._workers[index]
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(self._workers)
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self._workers]
+
+    def describe(self) -> str:
+        """How the conductor sees the pool: ordinal ids, plus descriptions only when the pool opts in."""
+        lines = []
+        for i, worker in enumerate(self._workers):
+            extra = f": {worker.description}" if self.show_descriptions and worker.description else ""
+            lines.append(f"Model {i}{extra}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+
+    def __repr__(self) -> str:
+        return f"WorkerPool({self.names})"
+
+
+def _build_worker(spec: WorkerSpec) -> Worker:
+    common = {
+        "price": Price(spec.price.input_per_1k, spec.price.output_per_1k),
+        "max_tokens": spec.max_tokens,
+        "temperature": spec.temperature,
+        "timeout_s": spec.timeout_s,
+        "retries": spec.retries,
+    }
+    if spec.description:  # otherwise built-in workers keep their own description
+        common["description"] = spec.description
+    if spec.kind == "local":
+        from conductor.modules._local import local_worker
+
+        return local_worker(spec.model, name=spec.name, **common)
+    if spec.kind == "lm":
+        return _api_worker(spec, common)
+    return _tool_worker(spec, common)
+
+
+def _api_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
+    import dspy
+
+    lm_kwargs: dict[str, Any] = {"cache": False, "num_retries": 0}  # the executor owns retries
+    if spec.api_key_env:
+        key = os.environ.get(spec.api_key_env)
+        if not key:
+            raise ConfigError(f"worker {spec.name!r} reads its API key from ${spec.api_key_env}, which is not set")
+        lm_kwargs["api_key"] = key
+    if spec.api_base:
+        lm_kwargs["api_base"] = spec.api_base
+    return LMWorker(spec.name, dspy.LM(spec.model, **lm_kwargs), **common)
+
+
+def _tool_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
+    from conductor.modules import _tools
+
+    if spec.tool == "python":
+        return _tools.PythonWorker(name=spec.name, **common)
+    if spec.tool == "calculator":
+        return _tools.CalculatorWorker(name=spec.name, **common)
+    return _tools.ToolWorker(spec.name, _import_callable(spec.tool), **common)
+
+
+def _import_callable(path: str) -> Callable[[str], Any]:
+    module_name, _, attr = path.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"can't import tool {path!r}: {exc}") from exc
+    if not callable(fn):
+        raise ConfigError(f"tool {path!r} is not callable")
+    return fn
