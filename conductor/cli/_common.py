@@ -1,0 +1,37 @@
+"""What several subcommands share: building the pool and the conductor LM from command-line arguments."""
+
+from __future__ import annotations
+
+import argparse
+
+import dspy
+from rich.console import Console
+
+from conductor.errors import ConductorError
+from conductor.modules import WorkerPool
+
+console = Console(stderr=True)
+
+
+def add_pool_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pool", metavar="FILE", help="a YAML or TOML pool config (default: the embedded local pool)")
+
+
+def load_pool(args: argparse.Namespace) -> WorkerPool:
+    return WorkerPool.from_file(args.pool) if args.pool else WorkerPool.default()
+
+
+def conductor_lm(model: str, *, max_tokens: int, temperature: float) -> dspy.LM:
+    """``local/<name>`` is an embedded local model; anything else is a litellm model string."""
+    if model.startswith("local/"):
+        from conductor.modules._local import local_lm
+
+        return local_lm(model.removeprefix("local/"), max_tokens=max_tokens, temperature=temperature)
+    return dspy.LM(model, max_tokens=max_tokens, temperature=temperature, cache=False)
+
+
+def fail(error: Exception) -> int:
+    """Print a library error as one clear line (no traceback) and return the exit code."""
+    kind = "error" if isinstance(error, ConductorError) else type(error).__name__
+    console.print(f"[bold red]{kind}:[/] {error}")
+    return 2
