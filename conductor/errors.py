@@ -24,9 +24,23 @@ class WorkflowError(ConductorError, ValueError):
 class WorkerError(ConductorError, RuntimeError):
     """A worker failed to produce a completion (provider error, crash, bad output)."""
 
+    retryable = True  # whether trying again may succeed; the executor retries only these
+
 
 class WorkerTimeout(WorkerError, TimeoutError):
     """A worker did not answer within its wall-clock limit."""
+
+
+class ToolInputError(WorkerError):
+    """A tool can't use its input (no code block, a malformed expression): the same input would fail again."""
+
+    retryable = False
+
+
+class CodeTimeout(WorkerTimeout):
+    """Code in the sandbox ran past its time limit and was stopped: the same code would run as long again."""
+
+    retryable = False
 
 
 class BudgetExceeded(ConductorError):
