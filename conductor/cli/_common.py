@@ -10,7 +10,8 @@ from rich.console import Console
 from conductor.errors import ConductorError
 from conductor.modules import WorkerPool
 
-console = Console(stderr=True)
+console = Console()  # what the command reports
+status = Console(stderr=True)  # progress and errors, so `--json` output on stdout stays clean
 
 
 def add_pool_argument(parser: argparse.ArgumentParser) -> None:
@@ -33,5 +34,5 @@ def conductor_lm(model: str, *, max_tokens: int, temperature: float) -> dspy.LM:
 def fail(error: Exception) -> int:
     """Print a library error as one clear line (no traceback) and return the exit code."""
     kind = "error" if isinstance(error, ConductorError) else type(error).__name__
-    console.print(f"[bold red]{kind}:[/] {error}")
+    status.print(f"[bold red]{kind}:[/] {error}")
     return 2

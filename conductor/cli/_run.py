@@ -9,7 +9,7 @@ import json
 from rich.panel import Panel
 from rich.table import Table
 
-from conductor.cli._common import add_pool_argument, conductor_lm, console, fail, load_pool
+from conductor.cli._common import add_pool_argument, conductor_lm, console, fail, load_pool, status
 from conductor.errors import ConductorError
 from conductor.modules import Budget, Conductor
 
@@ -20,8 +20,12 @@ def register(commands) -> None:
     parser = commands.add_parser("run", help="answer one question with a conductor and a worker pool")
     parser.add_argument("question", help="the question or task")
     add_pool_argument(parser)
-    parser.add_argument("--conductor", default=DEFAULT_CONDUCTOR, metavar="MODEL",
-                        help=f"conductor LM: local/<name> or a litellm model string (default: {DEFAULT_CONDUCTOR})")
+    parser.add_argument(
+        "--conductor",
+        default=DEFAULT_CONDUCTOR,
+        metavar="MODEL",
+        help=f"conductor LM: local/<name> or a litellm model string (default: {DEFAULT_CONDUCTOR})",
+    )
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the whole run")
     parser.add_argument("--max-cost", type=float, default=None, help="cost budget for the whole run, in dollars")
@@ -33,16 +37,16 @@ def register(commands) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     try:
-        with console.status("Loading the pool…"):
+        with status.status("Loading the pool…"):
             pool = load_pool(args)
     except ConductorError as exc:
         return fail(exc)
     try:
-        with console.status("Loading the conductor…"):
+        with status.status("Loading the conductor…"):
             lm = conductor_lm(args.conductor, max_tokens=args.conductor_max_tokens, temperature=args.temperature)
             budget = Budget(max_tokens=args.max_tokens, max_cost=args.max_cost)
             program = Conductor(pool, lm, max_steps=args.max_steps, budget=budget)
-        with console.status("The conductor is writing a workflow and the workers are running it…"):
+        with status.status("The conductor is writing a workflow and the workers are running it…"):
             prediction = program(question=args.question)
     except ConductorError as exc:
         return fail(exc)
@@ -72,8 +76,9 @@ def _as_json(prediction) -> dict:
 
 def _show(prediction, pool) -> None:
     if prediction.error and prediction.error.kind == "format":
-        console.print(Panel(prediction.conductor_text or "(empty)", title="Conductor output (unusable)",
-                            border_style="yellow"))
+        console.print(
+            Panel(prediction.conductor_text or "(empty)", title="Conductor output (unusable)", border_style="yellow")
+        )
         console.print(f"[yellow]{prediction.error}[/]")
         if prediction.workflow:
             console.print("[yellow]Fallback: worker 0 answers the question directly.[/]")
@@ -87,11 +92,12 @@ def _show(prediction, pool) -> None:
             table.add_row(str(i), worker, step.role or "solve", sees, step.subtask)
         console.print(table)
     for step in prediction.trace:
-        meta = (f"{step.prompt_tokens}+{step.completion_tokens} tokens · ${step.cost:.6f} · "
-                f"{step.latency_s:.2f} s · {step.attempts} attempt(s)")
+        meta = (
+            f"{step.prompt_tokens}+{step.completion_tokens} tokens · ${step.cost:.6f} · "
+            f"{step.latency_s:.2f} s · {step.attempts} attempt(s)"
+        )
         body = step.output if step.error is None else f"[red]{step.error}[/]"
-        console.print(Panel(body or "(empty)", title=f"Step {step.index} · {step.worker} · {step.role}",
-                            subtitle=meta))
+        console.print(Panel(body or "(empty)", title=f"Step {step.index} · {step.worker} · {step.role}", subtitle=meta))
     if prediction.error and prediction.error.kind != "format":
         console.print(f"[bold red]{prediction.error}[/]")
     console.print(f"[bold]Answer:[/] {prediction.answer}")

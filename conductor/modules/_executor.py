@@ -164,8 +164,10 @@ class Executor:
             return
         trace.latency_s = time.perf_counter() - started
         trace.prompt_tokens, trace.completion_tokens = completion.input_tokens, completion.output_tokens
-        trace.cost = completion.cost if completion.cost is not None else worker.price.cost(
-            completion.input_tokens, completion.output_tokens
+        trace.cost = (
+            completion.cost
+            if completion.cost is not None
+            else worker.price.cost(completion.input_tokens, completion.output_tokens)
         )
         trace.output = self._adapter.parse(predictor.signature, completion.text)[_output_field(predictor)]
         if dspy.settings.trace is not None:  # let DSPy optimizers see worker steps like any predictor call
@@ -194,7 +196,7 @@ class Executor:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(worker.retries + 1),
             wait=tenacity.wait_exponential_jitter(initial=self.backoff_s, max=30 * self.backoff_s),
-            retry=tenacity.retry_if_exception_type(WorkerError),
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, WorkerError) and exc.retryable),
             sleep=self._sleep,
             reraise=True,
             before_sleep=lambda state: logger.warning(
@@ -239,8 +241,10 @@ def _context(steps: list[StepTrace], visible: tuple[int, ...]) -> str:
     parts = []
     for j in visible:
         step = steps[j]
-        parts.append(f"Step {j} (Model {step.worker_index}) subtask: {step.subtask}\n"
-                     f"Step {j} (Model {step.worker_index}) response:\n{step.output}")
+        parts.append(
+            f"Step {j} (Model {step.worker_index}) subtask: {step.subtask}\n"
+            f"Step {j} (Model {step.worker_index}) response:\n{step.output}"
+        )
     return "\n\n".join(parts)
 
 

@@ -26,6 +26,9 @@ import pydantic
 import yaml
 
 from conductor.errors import ConfigError
+from conductor.modules._calculator import CalculatorWorker
+from conductor.modules._sandbox import PythonWorker
+from conductor.modules._tools import ToolWorker
 from conductor.modules._worker import LMWorker, Price, Worker
 
 BUILTIN_TOOLS = ("python", "calculator")
@@ -198,13 +201,11 @@ def _api_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
 
 
 def _tool_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
-    from conductor.modules import _tools
-
     if spec.tool == "python":
-        return _tools.PythonWorker(name=spec.name, **common)
+        return PythonWorker(name=spec.name, **common)
     if spec.tool == "calculator":
-        return _tools.CalculatorWorker(name=spec.name, **common)
-    return _tools.ToolWorker(spec.name, _import_callable(spec.tool), **common)
+        return CalculatorWorker(name=spec.name, **common)
+    return ToolWorker(spec.name, _import_callable(spec.tool), **common)
 
 
 def _import_callable(path: str) -> Callable[[str], Any]:

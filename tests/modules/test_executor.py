@@ -123,3 +123,14 @@ def test_worker_steps_appear_in_dspy_traces_for_optimizers():
 def test_unknown_default_role_is_refused():
     with pytest.raises(ValueError, match="default role"):
         Executor(pool_of(ScriptedWorker("w")), default_role="nope")
+
+
+def test_an_error_that_would_repeat_is_not_retried():
+    from conductor.errors import ToolInputError
+
+    def refuse(_):
+        raise ToolInputError("no arithmetic expression found")
+
+    worker = ScriptedWorker("calc", refuse, retries=3)
+    result = Executor(pool_of(worker), sleep=no_sleep).run(Workflow((Step(0, "go"),)), "t")
+    assert worker.calls == 1 and "failed after 1 attempts" in result.error.message

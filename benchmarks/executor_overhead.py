@@ -1,0 +1,59 @@
+"""How much time does the executor add to a step, over calling the same worker directly?
+
+Runs N one-step workflows through ``Executor.run`` and N direct ``worker.complete`` calls with the same messages,
+for an instant scripted worker (the overhead alone) and the real calculator tool, and prints medians and ratios.
+
+    .venv/bin/python benchmarks/executor_overhead.py [--n 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from conductor.modules import Executor, Step, WorkerPool, Workflow
+from conductor.modules._calculator import CalculatorWorker
+from conductor.modules._prompts import WorkerPromptAdapter
+from conductor.testing import ScriptedWorker
+
+
+def _median_s(call, n: int) -> float:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(worker, subtask: str, n: int) -> tuple[float, float]:
+    executor = Executor(WorkerPool([worker]))
+    workflow = Workflow((Step(0, subtask),))
+    predictor = executor.roles["solve"]
+    messages = WorkerPromptAdapter().format(
+        predictor.signature, [], {"question": "What is the result?", "context": "", "subtask": subtask}
+    )
+    direct = _median_s(lambda: worker.complete(messages, max_tokens=worker.max_tokens, temperature=0.0), n)
+    through = _median_s(lambda: executor.run(workflow, "What is the result?"), n)
+    return direct, through
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=300)
+    args = parser.parse_args()
+    print(f"{'worker':<12} {'direct (µs)':>12} {'executor (µs)':>14} {'overhead (µs)':>14} {'ratio':>7}")
+    for label, worker, subtask in [
+        ("scripted", ScriptedWorker("scripted", lambda _: "42"), "Answer."),
+        ("calculator", CalculatorWorker(), "Compute (17 * 23 + 4) ** 2 / 3"),
+    ]:
+        direct, through = measure(worker, subtask, args.n)
+        print(
+            f"{label:<12} {direct * 1e6:>12.1f} {through * 1e6:>14.1f} {(through - direct) * 1e6:>14.1f} "
+            f"{through / direct:>7.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+import json
+
+import pytest
+
+from conductor.cli import _common, _run, main
+from conductor.testing import scripted_lm
+
+POOL = """
+workers:
+  - {name: upper, kind: tool, tool: "string:capwords"}
+  - {name: calc, kind: tool, tool: calculator}
+"""
+WORKFLOW = 'model_id = [1]\nsubtasks = ["17 * 23 + 4"]\naccess_list = [[]]'
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    monkeypatch.setattr(_common.console, "width", 200)  # no wrapping inside the strings the tests look for
+
+
+@pytest.fixture
+def pool_file(tmp_path):
+    path = tmp_path / "pool.yaml"
+    path.write_text(POOL)
+    return str(path)
+
+
+@pytest.fixture
+def conductor_says(monkeypatch):
+    def script(*texts):
+        lm = scripted_lm(list(texts))
+        monkeypatch.setattr(_run, "conductor_lm", lambda model, **kwargs: lm)
+        return lm
+
+    return script
+
+
+def test_run_prints_workflow_steps_and_answer(pool_file, conductor_says, capsys):
+    conductor_says(WORKFLOW)
+    assert main(["run", "What is 17 * 23 + 4?", "--pool", pool_file]) == 0
+    err = capsys.readouterr().out
+    assert "Workflow" in err and "1 (calc)" in err and "Answer: 395" in err
+
+
+def test_run_json_carries_the_whole_prediction(pool_file, conductor_says, capsys):
+    conductor_says(WORKFLOW)
+    assert main(["run", "What is 17 * 23 + 4?", "--pool", pool_file, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == "395" and out["error"] is None
+    assert out["steps"][0]["worker"] == "calc" and out["workflow"].startswith("model_id = [1]")
+
+
+def test_run_with_an_unusable_workflow_shows_the_conductor_text_and_the_fallback(pool_file, conductor_says, capsys):
+    conductor_says("I don't know how to write lists.")
+    assert main(["run", "hello there", "--pool", pool_file]) == 0
+    err = capsys.readouterr().out
+    assert "unusable" in err and "missing list: model_id" in err and "Fallback" in err and "Hello There" in err
+
+
+def test_run_with_an_empty_question_fails_cleanly(pool_file, conductor_says, capsys):
+    conductor_says()
+    assert main(["run", "  ", "--pool", pool_file]) == 1
+    assert "the question is empty" in capsys.readouterr().out
+
+
+def test_bad_pool_file_is_one_clear_line(tmp_path, capsys):
+    path = tmp_path / "pool.yaml"
+    path.write_text("workers: [{name: x, kind: lm}]")
+    assert main(["pool", "--pool", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs `model`" in err and "Traceback" not in err
+
+
+def test_pool_lists_workers(pool_file, capsys):
+    assert main(["pool", "--pool", pool_file, "--json"]) == 0
+    assert [w["name"] for w in json.loads(capsys.readouterr().out)["workers"]] == ["upper", "calc"]
+
+
+def test_default_pool_listing(capsys):
+    assert main(["pool"]) == 0
+    assert "smollm2" in capsys.readouterr().out
