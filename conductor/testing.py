@@ -76,8 +76,9 @@ class ScriptedWorker(Worker):
     Token counts are word counts, so tests can predict them; ``calls`` counts every call, failed ones included.
     """
 
-    def __init__(self, name: str, script: Script = lambda _: "ok", *, fail_times: int = 0,
-                 delay_s: float = 0.0, **kwargs):
+    def __init__(
+        self, name: str, script: Script = lambda _: "ok", *, fail_times: int = 0, delay_s: float = 0.0, **kwargs
+    ):
         super().__init__(name, **kwargs)
         self._respond = _responder(script)
         self.fail_times = fail_times

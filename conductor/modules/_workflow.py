@@ -106,7 +106,7 @@ class Workflow:
             if worker is None:
                 problems.append(f"model_id[{i}] is not a worker index: {model_id[i]!r}")
             if access is None:
-                problems.append(f"access_list[{i}] must be \"all\", [] or a list of step indices: {access_list[i]!r}")
+                problems.append(f'access_list[{i}] must be "all", [] or a list of step indices: {access_list[i]!r}')
             role = None if roles is None else str(roles[i]).strip().lower() or None
             steps.append(Step(worker if worker is not None else -1, str(subtasks[i]), access or (), role))
         if problems:

@@ -77,8 +77,10 @@ def role_problems(role: type[dspy.Signature]) -> list[str]:
     problems = []
     unknown = set(role.input_fields) - set(ROLE_INPUTS)
     if unknown:
-        problems.append(f"role {role.__name__} has input fields the executor can't fill: {sorted(unknown)} "
-                        f"(use some of {list(ROLE_INPUTS)})")
+        problems.append(
+            f"role {role.__name__} has input fields the executor can't fill: {sorted(unknown)} "
+            f"(use some of {list(ROLE_INPUTS)})"
+        )
     if len(role.output_fields) != 1:
         problems.append(f"role {role.__name__} must have exactly one output field, has {list(role.output_fields)}")
     return problems

@@ -9,7 +9,9 @@ TWO_STEPS = 'Plan, then solve.\nmodel_id = [0, 1]\nsubtasks = ["plan it", "solve
 
 
 def make_pool():
-    return WorkerPool([ScriptedWorker("planner", lambda _: "1. add"), ScriptedWorker("solver", lambda _: "So.\nAnswer: 42")])
+    return WorkerPool(
+        [ScriptedWorker("planner", lambda _: "1. add"), ScriptedWorker("solver", lambda _: "So.\nAnswer: 42")]
+    )
 
 
 def test_conductor_writes_a_workflow_that_the_pool_runs():
@@ -87,7 +89,9 @@ def test_missing_input_field_is_an_input_error():
 
 def test_multi_input_signature_renders_each_field():
     lm = scripted_lm([TWO_STEPS])
-    Conductor(make_pool(), lm, signature="context, question -> answer")(context="Paris is in France.", question="Where?")
+    Conductor(make_pool(), lm, signature="context, question -> answer")(
+        context="Paris is in France.", question="Where?"
+    )
     assert "context: Paris is in France.\nquestion: Where?" in lm.scripted_engine.prompts[0]
 
 
@@ -97,8 +101,17 @@ def test_predictors_are_visible_to_optimizers_and_survive_save_and_load(tmp_path
     assert names[0] == "orchestrate" and "roles['verify']" in names
     program.orchestrate.signature = program.orchestrate.signature.with_instructions("Be brief.")
     program.orchestrate.demos = [
-        dspy.Example(question="q", workers="Model 0", available_roles="solve", max_steps=5, reasoning="r",
-                     model_id=[0], subtasks=["answer"], access_list=["all"], roles=None)
+        dspy.Example(
+            question="q",
+            workers="Model 0",
+            available_roles="solve",
+            max_steps=5,
+            reasoning="r",
+            model_id=[0],
+            subtasks=["answer"],
+            access_list=["all"],
+            roles=None,
+        )
     ]
     program.save(tmp_path / "program.json")
     loaded = Conductor(make_pool())
@@ -111,8 +124,17 @@ def test_few_shot_workflows_reach_the_conductor_prompt_in_the_workflow_format():
     lm = scripted_lm([TWO_STEPS])
     program = Conductor(make_pool(), lm)
     program.orchestrate.demos = [
-        dspy.Example(question="2+2?", workers="Model 0", available_roles="solve", max_steps=5, reasoning="easy",
-                     model_id=[1], subtasks=["compute 2+2"], access_list=[[]], roles=None)
+        dspy.Example(
+            question="2+2?",
+            workers="Model 0",
+            available_roles="solve",
+            max_steps=5,
+            reasoning="easy",
+            model_id=[1],
+            subtasks=["compute 2+2"],
+            access_list=[[]],
+            roles=None,
+        )
     ]
     program(question="q")
     assert 'subtasks = ["compute 2+2"]' in lm.scripted_engine.prompts[0]
