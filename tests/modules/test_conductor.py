@@ -166,3 +166,21 @@ def test_a_role_the_executor_cannot_fill_is_a_config_error():
 
     with pytest.raises(ConfigError, match="can't fill: \\['documents'\\]"):
         Conductor(make_pool(), scripted_lm([]), roles=[NeedsDocs])
+
+
+@pytest.mark.parametrize(
+    "code, problem",
+    [
+        ("while True:\n    pass", "ran past its time limit of 1 s"),
+        ("x = []\nwhile True:\n    x.append(' ' * 10**6)", "MemoryError"),
+    ],
+)
+def test_runaway_code_in_the_sandbox_is_a_clear_error_and_the_process_survives(code, problem):
+    from conductor.modules._sandbox import PythonWorker
+
+    pool = WorkerPool([PythonWorker(code_timeout_s=1, memory_mb=256)])
+    subtask = f"Run this:\n```python\n{code}\n```"
+    text = f"model_id = [0]\nsubtasks = {__import__('json').dumps([subtask])}\naccess_list = [[]]"
+    prediction = Conductor(pool, scripted_lm([text]))(question="q")
+    reported = prediction.error.message if prediction.error else prediction.response
+    assert problem in reported
