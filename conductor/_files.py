@@ -1,0 +1,62 @@
+"""Where the library keeps its files, and how it writes folders so that a killed process never leaves half of one."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def cache_dir(*parts: str) -> Path:
+    """``$CONDUCTOR_CACHE``, else ``$XDG_CACHE_HOME/dspy-conductor``, else ``~/.cache/dspy-conductor``; then
+    ``parts`` below it."""
+    if os.environ.get("CONDUCTOR_CACHE"):
+        root = Path(os.environ["CONDUCTOR_CACHE"]).expanduser()
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "dspy-conductor"
+    return root.joinpath(*parts)
+
+
+def write_folder_atomically(
+    target: Path,
+    write: Callable[[Path], None],
+    *,
+    replace: bool = False,
+    is_complete: Callable[[Path], bool] = Path.is_dir,
+) -> Path:
+    """Run ``write`` into a temporary sibling folder, then rename it to ``target``.
+
+    A crash or a killed process leaves ``target`` as it was (absent, or the previous version). With ``replace``,
+    an existing ``target`` is swapped out only once the new folder is complete; without it, a ``target`` that
+    another process completed first is kept and the new one discarded.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; caches and artifacts may be shared
+    old = None
+    try:
+        write(tmp)
+        if replace and target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            target.rename(old)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not is_complete(target):
+                raise
+            logger.info("%s was written concurrently by another process; using it", target)
+    except BaseException:
+        if old is not None and not target.exists():
+            old.rename(target)  # put the previous version back
+            old = None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return target

