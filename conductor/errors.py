@@ -22,9 +22,18 @@ class WorkflowError(ConductorError, ValueError):
 
 
 class WorkerError(ConductorError, RuntimeError):
-    """A worker failed to produce a completion (provider error, crash, bad output)."""
+    """A worker failed to produce a completion (provider error, crash, bad output).
 
-    retryable = True  # whether trying again may succeed; the executor retries only these
+    ``retryable`` says whether trying again may succeed; the executor retries only those. Subclasses set the
+    default for their kind, and one error may override it.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, retryable: bool | None = None):
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
 
 
 class WorkerTimeout(WorkerError, TimeoutError):

@@ -46,7 +46,12 @@ class ScriptedEngine:
         prompt = "\n\n".join([system, *(m.text or "" for m in request.messages)])
         self.prompts.append(prompt)
         text = self._respond(prompt)
-        words_in, words_out = len(prompt.split()), len(text.split())
+        words = text.split()
+        limit = request.config.max_tokens
+        if limit is not None and len(words) > limit:  # a word is a token here; honour max_tokens like a model
+            words = words[:limit]
+            text = " ".join(words)
+        words_in, words_out = len(prompt.split()), len(words)
         return Response(
             id=None,
             model="scripted",

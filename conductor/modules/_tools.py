@@ -59,7 +59,7 @@ class ToolWorker(Worker):
         try:
             answer = str(self.fn(self.extract(text)))
         except WorkerError as exc:  # keep the kind (and so whether a retry can help), add the worker's name
-            raise type(exc)(f"{self.name}: {exc}") from exc
+            raise type(exc)(f"{self.name}: {exc}", retryable=exc.retryable) from exc
         except Exception as exc:
             raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         answer = _fit(answer, max_tokens)

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 
 import dspy
 from dspy.lm15 import Config, Message, Request
+from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMInvalidRequestError
 
 from conductor.errors import WorkerError
+
+# Failures a retry can't fix: a bad request (context window included), bad credentials, no credit, bad settings.
+_PERMANENT_LM_ERRORS = (LMInvalidRequestError, LMAuthError, LMBillingError, LMConfigurationError)
 
 Messages = list[dict[str, str]]
 """OpenAI-style chat messages: ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``."""
@@ -118,7 +122,8 @@ class LMWorker(Worker):
         try:
             response = self.lm(request)
         except Exception as exc:
-            raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+            retryable = not isinstance(exc, _PERMANENT_LM_ERRORS)
+            raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=retryable) from exc
         usage = response.usage
         input_tokens = (usage.input_tokens if usage else None) or self.count_tokens(messages)
         output_tokens = (usage.output_tokens if usage else None) or 0
