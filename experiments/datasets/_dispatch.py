@@ -1,0 +1,37 @@
+"""One metric for a mix of benchmarks: each example is scored by the metric of its ``family``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dspy
+
+from conductor.errors import ConfigError
+from experiments.datasets._bigbench import bigbench_metric
+from experiments.datasets._gsm8k import gsm8k_metric
+from experiments.datasets._humaneval import humaneval_metric
+from experiments.datasets._mmlu import mmlu_metric
+
+Metric = Callable[..., float]
+
+_METRICS: dict[str, Metric] = {
+    "mmlu": mmlu_metric,
+    "gsm8k": gsm8k_metric,
+    "gsm_symbolic": gsm8k_metric,
+    "humaneval": humaneval_metric,
+    "bigbench": bigbench_metric,
+}
+
+
+def metric_for(family: str) -> Metric:
+    """The metric of a task family ("mmlu", "gsm8k", "gsm_symbolic", "humaneval", "bigbench/<task>")."""
+    try:
+        return _METRICS[family.split("/")[0]]
+    except KeyError:
+        raise ConfigError(f"no metric for task family {family!r}; known: {sorted(_METRICS)}") from None
+
+
+def metric(example: dspy.Example, prediction: Any, trace: Any = None) -> float:
+    """Score ``prediction`` with the metric of ``example.family``: 1.0 right, 0.0 wrong."""
+    return metric_for(example.family)(example, prediction, trace)

