@@ -1,0 +1,67 @@
+"""The reward for one executed workflow: the paper's progressive reward, optionally minus cost.
+
+0 when the conductor's text is not a usable workflow (even if a fallback answered), ``wrong`` when it ran but the
+user's metric says wrong, ``right`` when right; a metric in [0, 1] interpolates between the two, and a metric that
+raises gives 0 (recorded, never fatal). Penalties for
+cost, tokens and steps are subtracted so that the same accuracy at lower cost earns more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+import pydantic
+
+logger = logging.getLogger(__name__)
+
+Metric = Callable[..., Any]
+
+
+class RewardConfig(pydantic.BaseModel):
+    """How outcomes become rewards. The defaults are the paper's (0 / 0.5 / 1, no penalties)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    format_error: float = 0.0
+    wrong: float = 0.5
+    right: float = 1.0
+    cost_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per dollar spent by the workers")
+    token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens")
+    step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run")
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One rollout's reward and what it was made of (recorded per rollout in training metrics)."""
+
+    value: float
+    base: float
+    penalty: float
+    metric: float | None
+    format_ok: bool
+    steps: int
+    tokens: int
+    cost: float
+    error: str | None = None
+
+
+def score(example: dspy.Example, prediction: dspy.Prediction, metric: Metric, config: RewardConfig) -> Reward:
+    """The reward of ``prediction`` (a ``Conductor`` output) for ``example``."""
+    error = prediction.error
+    steps, tokens, cost = len(prediction.trace), prediction.tokens, prediction.cost
+    penalty = config.cost_penalty * cost + config.token_penalty * tokens / 1000 + config.step_penalty * steps
+    if error is not None and error.kind == "format":
+        return Reward(config.format_error, config.format_error, 0.0, None, False, steps, tokens, cost, str(error))
+    try:
+        value = float(metric(example, prediction))
+    except Exception as exc:  # a user metric failing on one rollout must not end a training run: reward 0
+        logger.warning("the metric raised on one rollout (reward 0): %s: %s", type(exc).__name__, exc)
+        message = f"metric raised {type(exc).__name__}: {exc}"
+        return Reward(0.0, 0.0, 0.0, None, True, steps, tokens, cost, message)
+    message = str(error) if error is not None else None
+    value = min(max(value, 0.0), 1.0)
+    base = config.wrong + (config.right - config.wrong) * value
+    return Reward(base - penalty, base, penalty, value, True, steps, tokens, cost, message)

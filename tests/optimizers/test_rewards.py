@@ -1,0 +1,51 @@
+import dspy
+import pytest
+
+from conductor.modules import RunError, StepTrace
+from conductor.optimizers import RewardConfig, score
+
+EXAMPLE = dspy.Example(question="2+2?", answer="4").with_inputs("question")
+
+
+def exact(example, prediction, trace=None):
+    return example.answer == prediction.answer
+
+
+def prediction(answer="4", error=None, steps=2, tokens=1000, cost=0.01):
+    trace = [StepTrace(i, 0, "w", "solve", "s", ()) for i in range(steps)]
+    return dspy.Prediction(answer=answer, error=error, trace=trace, tokens=tokens, cost=cost)
+
+
+def test_the_papers_progressive_reward():
+    config = RewardConfig()
+    assert score(EXAMPLE, prediction("4"), exact, config).value == 1.0
+    assert score(EXAMPLE, prediction("5"), exact, config).value == 0.5
+    unusable = score(EXAMPLE, prediction("4", RunError("format", "missing list: model_id")), exact, config)
+    assert unusable.value == 0.0 and not unusable.format_ok  # a fallback's right answer earns nothing
+
+
+def test_a_run_that_failed_is_scored_by_the_metric_like_any_executed_run():
+    failed = prediction("", RunError("execution", "worker died"))
+    reward = score(EXAMPLE, failed, exact, RewardConfig())
+    assert reward.value == 0.5 and reward.format_ok and "worker died" in reward.error
+
+
+def test_penalties_are_subtracted_and_recorded():
+    config = RewardConfig(cost_penalty=10, token_penalty=0.1, step_penalty=0.05)
+    reward = score(EXAMPLE, prediction("4", steps=2, tokens=1000, cost=0.01), exact, config)
+    assert reward.penalty == pytest.approx(10 * 0.01 + 0.1 * 1 + 0.05 * 2)
+    assert reward.value == pytest.approx(1.0 - reward.penalty) and reward.base == 1.0
+
+
+def test_fractional_metric_interpolates_and_out_of_range_is_clipped():
+    config = RewardConfig(wrong=0.2)
+    assert score(EXAMPLE, prediction(), lambda e, p: 0.5, config).value == pytest.approx(0.6)
+    assert score(EXAMPLE, prediction(), lambda e, p: 7, config).value == 1.0
+
+
+def test_a_metric_that_raises_gives_reward_zero_and_says_why():
+    def broken(example, prediction):
+        raise KeyError("label")
+
+    reward = score(EXAMPLE, prediction(), broken, RewardConfig())
+    assert reward.value == 0.0 and reward.metric is None and "KeyError" in reward.error
