@@ -150,7 +150,7 @@ def _source(name_or_path: str | os.PathLike[str]) -> str:
     )
 
 
-def _label(source: str) -> str:
+def model_label(source: str) -> str:
     """A short name for a model: the embedded name, or the folder / file name without ``.gguf``."""
     return source if source in EMBEDDED_MODELS else Path(source).name.removesuffix(".gguf")
 
@@ -164,7 +164,7 @@ def _cached_folder(source: str) -> Path | None:
         return None
     stat = path.stat()
     digest = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"{_label(source)}-{digest}"
+    return cache_dir() / "models" / f"{model_label(source)}-{digest}"
 
 
 def _is_complete(folder: Path) -> bool:
@@ -231,6 +231,15 @@ def _transformers_folder(source: str) -> Path:
     return _dequantise(Path(source), folder)
 
 
+def model_folder(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """``(source, folder)``: the normalised model reference and the transformers folder it loads from, dequantising
+    an embedded GGUF into the cache first if needed. For callers that need their own copy of the weights (a policy
+    being trained must not share weights with workers)."""
+    source = _source(name_or_path)
+    _check_available(source)
+    return source, _transformers_folder(source)
+
+
 @dataclass
 class _Loaded:
     model: Any
@@ -274,7 +283,7 @@ def _load(name_or_path: str | os.PathLike[str], dtype: Any = "float32", num_thre
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, key[1]))
         model.eval()
-        logger.info("loaded %s (%s) in %.1f s", _label(source), key[1], time.perf_counter() - started)
+        logger.info("loaded %s (%s) in %.1f s", model_label(source), key[1], time.perf_counter() - started)
         loaded = _Loaded(model, tokenizer, threading.Lock())
         with _registry_lock:
             _loaded[key] = loaded
@@ -294,7 +303,7 @@ def load_local_model(
     return loaded.model, loaded.tokenizer
 
 
-def _prompt_ids(tokenizer: Any, system: str | None, turns: list[tuple[str, str]]) -> list[int]:
+def prompt_ids(tokenizer: Any, system: str | None, turns: list[tuple[str, str]]) -> list[int]:
     """Token ids of the prompt: the chat template when the tokenizer has one, else the plain-text format."""
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "system", "content": system}] if system else []
@@ -306,7 +315,7 @@ def _prompt_ids(tokenizer: Any, system: str | None, turns: list[tuple[str, str]]
     return tokenizer("\n\n".join([*parts, _PLAIN_ASSISTANT]))["input_ids"]
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     eos = model.generation_config.eos_token_id
     if eos is None:
         eos = tokenizer.eos_token_id
@@ -357,13 +366,13 @@ class TransformersEngine:
         model, tokenizer = loaded.model, loaded.tokenizer
         config = request.config
         turns = [("user" if m.role == "user" else "assistant", m.text or "") for m in request.messages]
-        prompt = _prompt_ids(tokenizer, request.system, turns)
+        prompt = prompt_ids(tokenizer, request.system, turns)
         max_new = config.max_tokens or self.max_tokens
         context = getattr(model.config, "max_position_embeddings", None)
         if context is not None and len(prompt) + max_new > context:
             raise ContextLengthError(
-                f"{_label(self.model)}: {len(prompt)} prompt tokens + max_tokens {max_new} exceed the context window "
-                f"of {context} tokens"
+                f"{model_label(self.model)}: {len(prompt)} prompt tokens + max_tokens {max_new} exceed the context "
+                f"window of {context} tokens"
             )
         stops = list(config.stop)
         if not getattr(tokenizer, "chat_template", None):
@@ -380,7 +389,7 @@ class TransformersEngine:
         if stops:  # generation ends at a stop string, which is cut from the text below
             options["stopping_criteria"] = [_stop_on_text(torch, tokenizer, stops, len(prompt))]
         input_ids = torch.tensor([prompt])
-        eos = _eos_ids(model, tokenizer)
+        eos = eos_ids(model, tokenizer)
         with loaded.lock, torch.inference_mode():
             if config.seed is not None:
                 torch.manual_seed(config.seed)
@@ -402,7 +411,7 @@ class TransformersEngine:
         usage = Usage(input_tokens=len(prompt), output_tokens=len(new), total_tokens=len(prompt) + len(new))
         return Response(
             id=None,
-            model=_label(self.model),
+            model=model_label(self.model),
             message=Message.assistant([TextPart(text.strip())]),
             finish_reason=finish_reason,
             usage=usage,
@@ -420,7 +429,7 @@ class TransformersEngine:
         turns = [
             ("user" if m["role"] == "user" else "assistant", m["content"]) for m in messages if m["role"] != "system"
         ]
-        return len(_prompt_ids(self._loaded().tokenizer, system, turns))
+        return len(prompt_ids(self._loaded().tokenizer, system, turns))
 
     def close(self) -> None:
         """Nothing to release: the weights stay in the process-wide cache, shared with other engines."""
@@ -438,7 +447,7 @@ class TransformersEngine:
         return cls(**state)
 
     def __repr__(self) -> str:
-        return f"TransformersEngine({_label(self.model)!r}, dtype={self.dtype!r})"
+        return f"TransformersEngine({model_label(self.model)!r}, dtype={self.dtype!r})"
 
 
 def local_lm(
@@ -450,7 +459,9 @@ def local_lm(
 ) -> dspy.LM:
     """A ``dspy.LM`` backed by a ``TransformersEngine``; no DSPy response cache and no retries by default."""
     engine = TransformersEngine(name, dtype=dtype, num_threads=num_threads)
-    return dspy.LM(f"local/{_label(engine.model)}", engine=engine, **{"cache": False, "num_retries": 0, **lm_kwargs})
+    return dspy.LM(
+        f"local/{model_label(engine.model)}", engine=engine, **{"cache": False, "num_retries": 0, **lm_kwargs}
+    )
 
 
 def local_worker(
@@ -466,4 +477,4 @@ def local_worker(
     engine: TransformersEngine = lm.engine
     embedded = EMBEDDED_MODELS.get(engine.model)
     worker_kwargs.setdefault("description", embedded.description if embedded else f"local model {engine.model}")
-    return LMWorker(name or _label(engine.model), lm, token_counter=engine.count_tokens, **worker_kwargs)
+    return LMWorker(name or model_label(engine.model), lm, token_counter=engine.count_tokens, **worker_kwargs)

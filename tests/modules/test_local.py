@@ -119,16 +119,16 @@ class _ChatTokenizer(_PlainTokenizer):
 def test_plain_text_rendering_without_a_chat_template() -> None:
     tokenizer = _PlainTokenizer()
     turns = [("user", "2+2?"), ("assistant", "4"), ("user", "3+3?")]
-    ids = _local._prompt_ids(tokenizer, "Be brief.", turns)
+    ids = _local.prompt_ids(tokenizer, "Be brief.", turns)
     text = "Be brief.\n\nQuestion: 2+2?\n\nAnswer: 4\n\nQuestion: 3+3?\n\nAnswer:"
     assert tokenizer.texts == [text]
     assert ids == [0, *map(ord, text)]  # the BOS is added for plain text
-    assert _local._prompt_ids(_PlainTokenizer(), None, [("user", "hi")]) == [0, *map(ord, "Question: hi\n\nAnswer:")]
+    assert _local.prompt_ids(_PlainTokenizer(), None, [("user", "hi")]) == [0, *map(ord, "Question: hi\n\nAnswer:")]
 
 
 def test_chat_template_rendering() -> None:
     tokenizer = _ChatTokenizer()
-    ids = _local._prompt_ids(tokenizer, "S", [("user", "q")])
+    ids = _local.prompt_ids(tokenizer, "S", [("user", "q")])
     assert tokenizer.texts == ["<system>S<user>q<assistant>"]
     assert ids == list(map(ord, "<system>S<user>q<assistant>"))  # the template carries its own special tokens
 

@@ -1,0 +1,117 @@
+"""Saving and loading a ``ConductorLM``: adapter, tokenizer and ``conductor_lm.json``, written atomically.
+
+Folder layout::
+
+    conductor_lm.json                    name, base (embedded name or folder), dtype, LoRA spec, what is stored
+    adapter_config.json                  peft's adapter (with LoRA), or config.json + model.safetensors without
+    adapter_model.safetensors
+    tokenizer.json, tokenizer_config.json, chat_template.jinja
+    base/                                the base weights, only when they can't be reloaded from ``base``
+
+The folder is written under a temporary name next to the target and renamed into place, so a crash never leaves a
+half-written checkpoint, and an earlier checkpoint in the same place is replaced only once the new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from conductor._files import write_folder_atomically
+from conductor.conductor_lm._model import load_base, quiet_peft, resolve_dtype
+from conductor.errors import ConductorError
+
+if TYPE_CHECKING:
+    from conductor._files import write_folder_atomically
+from conductor.conductor_lm._model import ConductorLM
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "conductor_lm.json"
+ADAPTER_NAME = "adapter_model.safetensors"
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+BASE_DIR = "base"
+FORMAT_VERSION = 1
+
+
+def check_target(target: Path) -> Path:
+    """The absolute ``target``, after refusing a file or a non-empty folder that is not a saved ``ConductorLM``
+    (``save`` replaces the folder: a wrong path must not delete data)."""
+    target = target.expanduser().absolute()
+    if target.exists():
+        if not target.is_dir():
+            raise ConductorError(f"{target} is a file, not a folder to save a ConductorLM in")
+        if any(target.iterdir()) and not (target / CONFIG_NAME).is_file():
+            raise ConductorError(f"{target} is not empty and holds no {CONFIG_NAME}: refusing to overwrite it")
+    return target
+
+
+def save_policy(policy: ConductorLM, folder: Path) -> Path:
+    """Write ``policy`` to ``folder`` (see the module docstring); returns the absolute folder."""
+    started = time.perf_counter()
+    config: dict[str, Any] = {"format_version": FORMAT_VERSION, **policy.config()}
+    config["weights"] = "adapter" if policy.lora is not None else "full"
+    config["base_weights"] = BASE_DIR if policy.lora is not None and policy.base is None else None
+
+    def write(tmp: Path) -> None:
+        policy.model.save_pretrained(tmp)  # a PeftModel writes only its adapter
+        policy.tokenizer.save_pretrained(tmp)
+        if config["base_weights"]:
+            policy.base_model().save_pretrained(tmp / BASE_DIR)
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+
+    saved = write_folder_atomically(check_target(folder), write, replace=True)
+    logger.info("saved %s to %s in %.1f s", policy.name, saved, time.perf_counter() - started)
+    return saved
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """``conductor_lm.json`` of a saved policy, with a clear error when it is missing or unreadable."""
+    path = folder / CONFIG_NAME
+    if not path.is_file():
+        raise ConductorError(f"{path} is missing: {folder} is not a folder written by ConductorLM.save")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConductorError(f"{path} can't be read: {exc}") from exc
+    if config.get("format_version") != FORMAT_VERSION:
+        raise ConductorError(f"{path} has format_version {config.get('format_version')!r}, expected {FORMAT_VERSION}")
+    return config
+
+
+def load_policy(
+    cls: type[ConductorLM], folder: Path, *, dtype: str | torch.dtype | None = None, device: str | None = None
+) -> ConductorLM:
+    """Rebuild a policy written by ``save_policy``."""
+    from peft import PeftModel
+
+    started = time.perf_counter()
+    folder = folder.expanduser().absolute()
+    config = read_config(folder)
+    torch_dtype = resolve_dtype(dtype or config["dtype"])
+    if config["weights"] == "full":
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
+    else:
+        for name in (ADAPTER_CONFIG_NAME, ADAPTER_NAME):
+            if not (folder / name).is_file():
+                raise ConductorError(f"the LoRA adapter file {folder / name} is missing: the checkpoint is incomplete")
+        if config["base_weights"]:
+            base_dir = folder / config["base_weights"]
+            if not (base_dir / "config.json").is_file():
+                raise ConductorError(f"the base model folder {base_dir} is missing: the checkpoint is incomplete")
+            model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch_dtype)
+        else:
+            _, model, _ = load_base(config["base"], torch_dtype)
+        with quiet_peft():
+            model = PeftModel.from_pretrained(model, folder, is_trainable=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    policy = cls(model, tokenizer, base=config["base"], lora=None, name=config["name"], device=device)
+    policy.saved_to = folder
+    logger.info("loaded %s from %s in %.1f s", policy.name, folder, time.perf_counter() - started)
+    return policy

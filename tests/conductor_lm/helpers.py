@@ -1,0 +1,29 @@
+"""Test helpers: a logits processor that makes any policy write a chosen text."""
+
+from __future__ import annotations
+
+import torch
+
+from conductor.conductor_lm import ConductorLM
+
+
+class ForceText:
+    """Forces generation to produce ``text`` and then end-of-sequence; works across calls and batch rows.
+
+    A new generation is recognised when the input is not one token longer than at the previous step.
+    """
+
+    def __init__(self, policy: ConductorLM, text: str):
+        self.ids = [*policy.tokenizer(text, add_special_tokens=False)["input_ids"], min(policy.eos_ids)]
+        self.start = 0
+        self.last: int | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        if self.last is None or length != self.last + 1:
+            self.start = length
+        self.last = length
+        target = self.ids[min(length - self.start, len(self.ids) - 1)]
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, target] = 0.0
+        return forced
