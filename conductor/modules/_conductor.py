@@ -71,7 +71,8 @@ class Conductor(PoolProgram):
 
     def plan(self, question: str) -> tuple[Workflow | None, str, RunError | None]:
         """Ask the conductor LM for a workflow: ``(workflow, raw_text, None)``, or ``(None, raw_text, error)``."""
-        with dspy.context(adapter=WorkflowAdapter()):
+        adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
+        with dspy.context(adapter=adapter):
             try:
                 out = self.orchestrate(
                     question=question,
@@ -81,26 +82,16 @@ class Conductor(PoolProgram):
                 )
             except AdapterParseError as exc:
                 return None, exc.lm_response, RunError("format", str(exc.__cause__ or exc))
-        text = _last_completion(self.orchestrate)
         try:
             workflow = Workflow.from_lists(
                 out.model_id, out.subtasks, out.access_list, out.roles or None, reasoning=out.reasoning or ""
             ).validate(len(self.pool), self.limits, set(self.roles))
         except WorkflowError as exc:
-            return None, text, RunError("format", str(exc))
-        return workflow, text, None
+            return None, adapter.completion, RunError("format", str(exc))
+        return workflow, adapter.completion, None
 
     # ---- helpers ----
     def _fallback_workflow(self) -> Workflow | None:
         if self.fallback == "none":
             return None
         return Workflow((Step(0, DIRECT_SUBTASK, ()),))
-
-
-def _last_completion(predictor: dspy.Predict) -> str:
-    """The conductor's raw text for the call just made (kept on the prediction for debugging and training)."""
-    lm = predictor.lm or dspy.settings.lm
-    try:
-        return lm.history[-1]["outputs"][0] if lm and lm.history else ""
-    except (KeyError, IndexError, TypeError):
-        return ""

@@ -56,7 +56,10 @@ class WorkerPromptAdapter(dspy.Adapter):
 
 
 class WorkflowAdapter(dspy.Adapter):
-    """``Orchestrate`` as plain text in, the paper's list format out."""
+    """``Orchestrate`` as plain text in, the paper's list format out. ``completion`` keeps the last raw text parsed,
+    so use one adapter per call when calls run concurrently."""
+
+    completion = ""
 
     def format(self, signature, demos, inputs):
         system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{_FORMAT_EXAMPLE}"
@@ -68,6 +71,7 @@ class WorkflowAdapter(dspy.Adapter):
         return messages
 
     def parse(self, signature, completion):
+        self.completion = completion
         try:
             workflow = Workflow.parse(completion)
         except WorkflowError as exc:

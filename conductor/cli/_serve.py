@@ -1,0 +1,46 @@
+"""``conductor serve DIR``: serve a saved program as one model on an OpenAI-compatible HTTP API (uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from conductor.cli._common import fail, status
+from conductor.deploy import create_app, load_program
+from conductor.deploy._server import DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_TIMEOUT_S, import_serving
+from conductor.errors import ConductorError
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("serve", help="serve a saved program on an OpenAI-compatible HTTP API")
+    parser.add_argument("dir", metavar="DIR", help="a folder written by conductor.deploy.save_program")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default=None, help="the model id clients see (default: the folder's name)")
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="seconds per request")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="runs at once")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    try:
+        uvicorn = import_serving("uvicorn")
+        with status.status("Loading the program…"):
+            program = load_program(args.dir)
+        model = args.model or Path(args.dir).expanduser().absolute().name
+        app = create_app(
+            program,
+            model=model,
+            max_request_bytes=args.max_request_bytes,
+            request_timeout_s=args.timeout,
+            concurrency=args.concurrency,
+        )
+    except ConductorError as exc:
+        return fail(exc)
+    status.print(f"Serving {model!r} at http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    finally:
+        program.pool.close()
+    return 0

@@ -1,0 +1,202 @@
+import dataclasses
+import json
+import os
+
+import dspy
+import pytest
+
+from conductor import ConductorError, ConfigError
+from conductor.deploy import _artifact, load, load_program, save_program
+from conductor.modules import Conductor, WorkerPool
+from conductor.testing import ScriptedWorker, scripted_lm
+from tests.deploy.helpers import POOL_CONFIG, WORKFLOW, compiled_program, fixed_lm
+
+QUESTION = "What is 17 * 23 + 4?"
+
+
+def outputs(prediction: dspy.Prediction) -> dict:
+    steps = [dataclasses.replace(step, latency_s=0.0) for step in prediction.trace]
+    return {
+        "answer": prediction.answer,
+        "response": prediction.response,
+        "workflow": prediction.workflow,
+        "steps": steps,
+        "cost": prediction.cost,
+        "error": prediction.error,
+    }
+
+
+def folder_bytes(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_save_load_run_gives_the_same_outputs_as_the_original(tmp_path):
+    original = compiled_program()
+    expected = original(question=QUESTION)
+    assert expected.answer == 395 and expected.error is None
+    assert [step.role for step in expected.trace] == ["check", "solve"]
+
+    folder = save_program(original, tmp_path / "program")
+    loaded = load_program(folder)
+    got = loaded(question=QUESTION)
+
+    assert outputs(got) == outputs(expected)
+    assert loaded.orchestrate.lm.engine.prompts == original.orchestrate.lm.engine.prompts  # same conductor prompt
+    assert loaded.dump_state() == original.dump_state()  # instructions, demos and LMs of every predictor
+    assert loaded.signature.output_fields["answer"].annotation is int
+    assert list(loaded.roles) == ["solve", "check"] and loaded.executor.default_role == "solve"
+    assert loaded.executor.budget == original.executor.budget and loaded.limits == original.limits
+    assert loaded.fallback == "none" and loaded.pool.names == original.pool.names
+    assert load is load_program
+
+
+def test_the_manifest_describes_the_program(tmp_path):
+    pareto = {"accuracy": 0.9, "cost": 0.01}
+    folder = save_program(compiled_program(), tmp_path / "p", extra_manifest={"pareto_point": pareto})
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["format_version"] == _artifact.FORMAT_VERSION
+    assert {"dspy-conductor", "dspy", "litellm", "python"} <= set(manifest["versions"])
+    assert manifest["conductor_lm"]["model"] == "scripted/fixed"
+    assert manifest["signature"] == "question: str -> answer: int"
+    assert manifest["max_steps"] == 3 and manifest["budget"]["max_tokens"] == 5_000
+    assert manifest["pareto_point"] == pareto
+    solve, check = manifest["roles"]
+    assert solve["class"] == "conductor.signatures._roles:Solve" and solve["instructions"].startswith("Solve it")
+    assert check == {
+        "name": "check",
+        "class": None,
+        "signature": "question: str, subtask: str -> verdict: str",
+        "instructions": "Restate the task in one line.",
+    }
+    assert json.loads((folder / "pool.json").read_text())["workers"][0]["tool"] == "string:capwords"
+
+
+def test_no_secret_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("POOL_WORKER_KEY", "sk-pool-SECRET-1")
+    pool_config = POOL_CONFIG | {
+        "workers": [
+            *POOL_CONFIG["workers"],
+            {"name": "gpt", "kind": "lm", "model": "openai/x", "api_key_env": "POOL_WORKER_KEY"},
+        ]
+    }
+    pool = WorkerPool.from_config(pool_config)
+    assert pool[2].lm.kwargs["api_key"] == "sk-pool-SECRET-1"
+    lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-conductor-SECRET-2", extra_headers={"X-Key": "SECRET-3"})
+    folder = save_program(Conductor(pool, lm), tmp_path / "p")
+
+    for name, data in folder_bytes(folder).items():
+        for secret in (b"SECRET-1", b"SECRET-2", b"SECRET-3"):
+            assert secret not in data, f"{secret!r} written to {name}"
+    assert lm.kwargs["api_key"] == "sk-conductor-SECRET-2"  # the program itself is untouched
+
+    loaded = load_program(folder)  # the key is read from the environment again
+    assert loaded.pool[2].lm.kwargs["api_key"] == "sk-pool-SECRET-1"
+    assert loaded.orchestrate.lm.model == "openai/gpt-4o-mini" and "api_key" not in loaded.orchestrate.lm.kwargs
+    monkeypatch.delenv("POOL_WORKER_KEY")
+    with pytest.raises(ConfigError, match=r"\$POOL_WORKER_KEY, which is not set"):
+        load_program(folder)
+
+
+@pytest.mark.parametrize("fail_in", ["program.json", "manifest.json"])
+def test_a_save_that_fails_midway_leaves_the_earlier_program_and_no_temporary_folder(tmp_path, monkeypatch, fail_in):
+    program = compiled_program()
+    folder = save_program(program, tmp_path / "p")
+    before = folder_bytes(folder)
+
+    def broken_save(self, path, *args, **kwargs):
+        raise OSError("disk full")
+
+    def broken_write(path, data):
+        if path.name == fail_in:
+            raise OSError("disk full")
+        (path).write_text(json.dumps(data))
+
+    if fail_in == "program.json":
+        monkeypatch.setattr(dspy.Module, "save", broken_save)
+    else:
+        monkeypatch.setattr(_artifact, "_write_json", broken_write)
+    other = compiled_program(lm=fixed_lm("something else"))
+    with pytest.raises(OSError, match="disk full"):
+        save_program(other, folder)
+
+    assert folder_bytes(folder) == before
+    assert os.listdir(tmp_path) == ["p"]
+    assert other.orchestrate.lm is not None  # the LMs set aside for DSPy's save are back
+
+
+def test_saving_again_replaces_the_program(tmp_path):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    save_program(compiled_program(lm=fixed_lm("other")), folder)
+    assert load_program(folder).orchestrate.lm.engine.text == "other"
+    assert os.listdir(tmp_path) == ["p"]
+
+
+def test_a_folder_that_is_not_a_saved_program_is_never_overwritten(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "notes.txt").write_text("keep me")
+    with pytest.raises(ConductorError, match=r"holds no manifest\.json"):
+        save_program(compiled_program(), tmp_path / "data")
+    assert (tmp_path / "data" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_pool_built_in_code_cant_be_saved(tmp_path):
+    program = Conductor(WorkerPool([ScriptedWorker("w")]), fixed_lm())
+    with pytest.raises(ConfigError, match=r"build it with WorkerPool\.from_config"):
+        save_program(program, tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_conductor_lm_that_cant_be_saved_is_named(tmp_path):
+    program = Conductor(WorkerPool.from_config(POOL_CONFIG), scripted_lm([WORKFLOW]))
+    with pytest.raises(ConfigError, match="'scripted/conductor' can't be saved"):
+        save_program(program, tmp_path / "p")
+
+
+def test_extra_manifest_cant_replace_the_manifest_s_own_entries(tmp_path):
+    with pytest.raises(ConfigError, match="budget"):
+        save_program(compiled_program(), tmp_path / "p", extra_manifest={"budget": {}})
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "pool.json", "program.json"])
+def test_a_missing_file_is_named(tmp_path, name):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    (folder / name).unlink()
+    with pytest.raises(ConductorError, match=rf"{name} is missing"):
+        load_program(folder)
+
+
+def test_a_manifest_of_another_format_version_is_refused(tmp_path):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps(manifest | {"format_version": 99}))
+    with pytest.raises(ConductorError, match="version 99"):
+        load_program(folder)
+
+
+def test_a_broken_program_json_is_named(tmp_path):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    (folder / "program.json").write_text("{not json")
+    with pytest.raises(ConductorError, match=r"program\.json can't be loaded"):
+        load_program(folder)
+
+
+def test_a_trainable_conductor_lm_is_saved_in_its_own_folder(tmp_path):
+    pytest.importorskip("peft")
+    from conductor.conductor_lm import ConductorLM
+
+    policy = ConductorLM.tiny(seed=0)
+    original = compiled_program(lm=policy.as_dspy_lm(max_tokens=24))
+    original.fallback = "first_worker"  # the random tiny model writes no workflow: worker 0 answers
+    expected = original(question=QUESTION)
+
+    folder = save_program(original, tmp_path / "p")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["conductor_lm"]["folder"] == "conductor_lm/" and (folder / "conductor_lm").is_dir()
+    assert policy.saved_to == folder / "conductor_lm"
+    loaded = load_program(folder)
+    got = loaded(question=QUESTION)
+    assert outputs(got) == outputs(expected) and got.conductor_text == expected.conductor_text
+
+    (folder / "conductor_lm" / "adapter_model.safetensors").unlink()
+    with pytest.raises(ConductorError, match=r"adapter_model\.safetensors is missing"):
+        load_program(folder)
