@@ -26,8 +26,12 @@ from conductor.modules import (
     Step,
     StepTrace,
     Worker,
+    WorkerHealth,
     WorkerPool,
     Workflow,
+    disable_tracing,
+    enable_tracing,
+    render_trace_html,
 )
 
 __version__ = "0.1.0"
@@ -49,8 +53,12 @@ __all__ = [
     "StepTrace",
     "Worker",
     "WorkerError",
+    "WorkerHealth",
     "WorkerPool",
     "WorkerTimeout",
     "Workflow",
     "WorkflowError",
+    "disable_tracing",
+    "enable_tracing",
+    "render_trace_html",
 ]

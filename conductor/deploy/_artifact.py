@@ -106,6 +106,7 @@ def _manifest(program: Conductor, lm: dspy.BaseLM, extra: dict[str, Any]) -> dic
         "budget": dataclasses.asdict(program.executor.budget),
         "fallback": program.fallback,
         "max_question_chars": program.max_question_chars,
+        "max_parallel": program.executor.max_parallel,
         "roles": [_describe_role(name, predictor) for name, predictor in program.roles.items()],
     }
     clashes = sorted(set(extra) & set(manifest))
@@ -246,6 +247,7 @@ def load_program(path: str | Path) -> Conductor:
         budget=Budget(**manifest["budget"]),
         fallback=manifest["fallback"],
         max_question_chars=manifest["max_question_chars"],
+        max_parallel=manifest.get("max_parallel", 4),
     )
     try:
         with _lms_set_aside(program):

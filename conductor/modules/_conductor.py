@@ -34,7 +34,7 @@ class Conductor(PoolProgram):
         max_steps: the most steps a workflow may have (the paper used 5).
         fallback: on an unusable workflow, ``"first_worker"`` asks worker 0 the question directly (recorded as a
             format error all the same); ``"none"`` returns no answer.
-        **options: ``signature``, ``roles``, ``budget``, ``max_question_chars`` (see ``PoolProgram``).
+        **options: ``signature``, ``roles``, ``budget``, ``max_parallel``, ``max_question_chars`` (see ``PoolProgram``).
     """
 
     def __init__(

@@ -1,19 +1,33 @@
-"""The executor: runs a validated workflow over a pool, one step at a time, within a budget.
+"""The executor: runs a validated workflow over a pool within a budget, independent steps side by side.
 
 Each step's worker gets a plain-text prompt (its role's instructions; the overall task; the subtask and response of
 every earlier step its access list allows; its own subtask). A worker that raises or times out is retried with
-exponential backoff; when its retries are spent the run stops with the steps done so far and the reason. Budgets
-are checked *before* each call: a step's ``max_tokens`` is shrunk to what the budget still allows, and a step that
-can't fit is not started.
+exponential backoff; a worker that keeps failing is cooled down and its fallbacks take its steps (``_failover.py``).
+When no worker answers a step, no new step starts, running ones finish, and the run ends with the steps done so far
+and the reason.
+
+Steps start in workflow order, each once every step it sees has finished, at most ``max_parallel`` at a time; a step
+never overtakes an earlier one still waiting, so the steps started are always a prefix of the workflow. With workers
+whose answers depend only on their prompts, a run's result (steps in workflow order, answers, tokens, costs) is the
+one a sequential run gives; after a failure it also keeps the steps that were running beside the failed one. A step
+with nothing to run beside it runs on the caller's thread, so a chain of dependent steps costs no thread hand-offs.
+
+Budgets hold under parallelism: before a step starts it *reserves* its worst case (its prompt plus the largest
+``max_tokens`` that still fits, and their cost), and gives back the unused part when it ends, so steps running
+together can never jointly pass a limit; a step that can't fit is not started. (Under a tight budget, steps started
+side by side may therefore get a smaller ``max_tokens`` than they would one after another.)
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,9 +35,11 @@ import dspy
 import tenacity
 
 from conductor.errors import BudgetExceeded, WorkerError, WorkerTimeout
+from conductor.modules import _tracing
+from conductor.modules._failover import WorkerHealth, route
 from conductor.modules._pool import WorkerPool
 from conductor.modules._prompts import WorkerPromptAdapter
-from conductor.modules._worker import Completion, Worker
+from conductor.modules._worker import Completion, Messages, Worker
 from conductor.modules._workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name
 
@@ -42,7 +58,12 @@ class Budget:
 
 @dataclass
 class StepTrace:
-    """What one step did: who ran it, what it saw, what it cost, and how it ended."""
+    """What one step did: who ran it, what it saw, what it cost, and how it ended.
+
+    ``worker`` is the worker the workflow assigned; ``answered_by`` the one whose answer this is (``worker`` or one of
+    its fallbacks; ``None`` if none answered), and ``fallback_reason`` why the workers before it were passed over.
+    ``attempts`` counts calls to every worker tried; ``cost`` is the provider's reported cost, else the pool's price.
+    """
 
     index: int
     worker_index: int
@@ -57,6 +78,8 @@ class StepTrace:
     attempts: int = 0
     output: str | None = None
     error: str | None = None
+    answered_by: str | None = None
+    fallback_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,9 +96,12 @@ class RunError:
 
 @dataclass
 class RunResult:
+    """A run's answer (the last step's output), its steps in workflow order, and why it has no answer if so."""
+
     answer: str | None
     steps: list[StepTrace] = field(default_factory=list)
     error: RunError | None = None
+    workflow: Workflow | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -93,95 +119,67 @@ class RunResult:
     def cost(self) -> float:
         return sum(s.cost for s in self.steps)
 
+    def cost_by_worker(self) -> dict[str, float]:
+        """Dollars per worker that answered (a step a fallback took is billed to the fallback)."""
+        costs: dict[str, float] = {}
+        for step in self.steps:
+            name = step.answered_by or step.worker
+            costs[name] = costs.get(name, 0.0) + step.cost
+        return costs
 
-class Executor:
-    """Runs workflows over ``pool``. ``roles`` maps role names to the ``dspy.Predict`` that holds each role's
-    (possibly optimized) instructions and demos; the Conductor passes its own so optimizers' edits take effect."""
+    def cost_by_step(self) -> dict[int, float]:
+        """Dollars per step index, for the steps that ran."""
+        return {step.index: step.cost for step in self.steps}
 
-    def __init__(
-        self,
-        pool: WorkerPool,
-        roles: Mapping[str, dspy.Predict] | None = None,
-        *,
-        default_role: str = "solve",
-        budget: Budget = Budget(),
-        backoff_s: float = 0.5,
-        min_output_tokens: int = 16,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        self.pool = pool
-        self.roles = dict(roles) if roles is not None else {role_name(r): dspy.Predict(r) for r in BUILTIN_ROLES}
-        if default_role not in self.roles:
-            raise ValueError(f"default role {default_role!r} is not among the roles {sorted(self.roles)}")
-        self.default_role = default_role
+
+@dataclass(eq=False)
+class _Hold:
+    """Budget reserved for one call: its prompt, the most output it may write, and what both cost at most."""
+
+    prompt_tokens: int
+    max_tokens: int
+    cost: float
+
+
+class _Ledger:
+    """What a run has spent plus what its running steps hold. Thread-safe: reserving checks and holds under one
+    lock, so steps running together can never jointly pass the budget."""
+
+    def __init__(self, budget: Budget, min_output_tokens: int):
         self.budget = budget
-        self.backoff_s = backoff_s
         self.min_output_tokens = min_output_tokens
-        self._sleep = sleep
-        self._adapter = WorkerPromptAdapter()
+        self._spent_tokens = 0
+        self._spent_cost = 0.0
+        self._holds: set[_Hold] = set()
+        self._lock = threading.Lock()
 
-    def run(self, workflow: Workflow, question: str, budget: Budget | None = None) -> RunResult:
-        """Run ``workflow`` (already validated against this pool) on ``question``."""
-        budget = budget or self.budget
-        result = RunResult(answer=None)
-        for index, step in enumerate(workflow.steps):
-            role = step.role or self.default_role
-            trace = StepTrace(
-                index, step.worker, self.pool[step.worker].name, role, step.subtask, workflow.visible(index)
-            )
-            try:
-                self._run_step(trace, question, result, budget)
-            except BudgetExceeded as exc:
-                result.error = RunError("budget", f"step {index} not run: {exc}")
-                return result
-            finally:
-                if trace.attempts:
-                    result.steps.append(trace)
-            if trace.error is not None:
-                result.error = RunError(
-                    "execution", f"step {index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
-                )
-                return result
-        result.answer = result.steps[-1].output if result.steps else None
-        return result
+    def reserve(self, worker: Worker, index: int, prompt_tokens: int) -> _Hold:
+        """Hold step ``index``'s worst case on ``worker``, or raise ``BudgetExceeded`` if even the least won't fit."""
+        with self._lock:
+            max_tokens = self._affordable_output(worker, index, prompt_tokens)
+            hold = _Hold(prompt_tokens, max_tokens, worker.price.cost(prompt_tokens, max_tokens))
+            self._holds.add(hold)
+        return hold
 
-    # ---- one step ------------------------------------------------------------------------------------------------
-    def _run_step(self, trace: StepTrace, question: str, done: RunResult, budget: Budget) -> None:
-        worker = self.pool[trace.worker_index]
-        predictor = self.roles[trace.role]
-        inputs = {"question": question, "context": _context(done.steps, trace.visible), "subtask": trace.subtask}
-        inputs = {k: v for k, v in inputs.items() if k in predictor.signature.input_fields}
-        messages = self._adapter.format(predictor.signature, predictor.demos, inputs)
-        trace.prompt_tokens = worker.count_tokens(messages)
-        max_tokens = self._affordable_output(worker, trace, done, budget)
+    def settle(self, hold: _Hold, tokens: int = 0, cost: float = 0.0) -> None:
+        """Replace what ``hold`` reserved by what the call really used (nothing, when it failed)."""
+        with self._lock:
+            self._holds.discard(hold)
+            self._spent_tokens += tokens
+            self._spent_cost += cost
 
-        started = time.perf_counter()
-        try:
-            completion = self._call_with_retries(worker, messages, max_tokens, trace)
-        except WorkerError as exc:
-            trace.error = str(exc)
-            trace.latency_s = time.perf_counter() - started
-            return
-        trace.latency_s = time.perf_counter() - started
-        trace.prompt_tokens, trace.completion_tokens = completion.input_tokens, completion.output_tokens
-        trace.cost = (
-            completion.cost
-            if completion.cost is not None
-            else worker.price.cost(completion.input_tokens, completion.output_tokens)
-        )
-        trace.output = self._adapter.parse(predictor.signature, completion.text)[_output_field(predictor)]
-        if dspy.settings.trace is not None:  # let DSPy optimizers see worker steps like any predictor call
-            dspy.settings.trace.append((predictor, inputs, dspy.Prediction(**{_output_field(predictor): trace.output})))
-
-    def _affordable_output(self, worker: Worker, trace: StepTrace, done: RunResult, budget: Budget) -> int:
+    def _affordable_output(self, worker: Worker, index: int, prompt_tokens: int) -> int:
         """The largest ``max_tokens`` this step may use without any budget being exceeded, or ``BudgetExceeded``."""
-        if budget.max_steps is not None and trace.index >= budget.max_steps:
+        budget = self.budget
+        if budget.max_steps is not None and index >= budget.max_steps:
             raise BudgetExceeded(f"the step budget of {budget.max_steps} is used up")
         limit = min(worker.max_tokens, budget.max_tokens_per_step or worker.max_tokens)
         if budget.max_tokens is not None:
-            limit = min(limit, budget.max_tokens - done.tokens - trace.prompt_tokens)
+            used = self._spent_tokens + sum(h.prompt_tokens + h.max_tokens for h in self._holds)
+            limit = min(limit, budget.max_tokens - used - prompt_tokens)
         if budget.max_cost is not None:
-            left = budget.max_cost - done.cost - worker.price.cost(trace.prompt_tokens, 0)
+            used = self._spent_cost + sum(h.cost for h in self._holds)
+            left = budget.max_cost - used - worker.price.cost(prompt_tokens, 0)
             if left < 0:
                 raise BudgetExceeded(f"the prompt alone would pass the cost budget of ${budget.max_cost:g}")
             if worker.price.output_per_1k > 0:
@@ -192,9 +190,198 @@ class Executor:
             )
         return limit
 
-    def _call_with_retries(self, worker: Worker, messages, max_tokens: int, trace: StepTrace) -> Completion:
+
+@dataclass(eq=False)
+class _Step:
+    """A step ready to start: its trace and prompt, the workers it may try (with notes on those left out), and the
+    budget already held for the first of them."""
+
+    trace: StepTrace
+    predictor: dspy.Predict
+    inputs: dict[str, str]
+    messages: Messages
+    workers: list[Worker]
+    notes: list[str]
+    hold: _Hold | None
+
+
+class Executor:
+    """Runs workflows over ``pool``. ``roles`` maps role names to the ``dspy.Predict`` that holds each role's
+    (possibly optimized) instructions and demos; the Conductor passes its own so optimizers' edits take effect.
+
+    ``max_parallel`` steps at most run at once (1: one after another). ``health`` is the pool's failure record that
+    decides cooldowns; pass the same ``WorkerHealth`` to every executor over one pool.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        roles: Mapping[str, dspy.Predict] | None = None,
+        *,
+        default_role: str = "solve",
+        budget: Budget = Budget(),
+        max_parallel: int = 4,
+        health: WorkerHealth | None = None,
+        backoff_s: float = 0.5,
+        min_output_tokens: int = 16,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.pool = pool
+        self.roles = dict(roles) if roles is not None else {role_name(r): dspy.Predict(r) for r in BUILTIN_ROLES}
+        if default_role not in self.roles:
+            raise ValueError(f"default role {default_role!r} is not among the roles {sorted(self.roles)}")
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be at least 1, not {max_parallel}")
+        self.default_role = default_role
+        self.budget = budget
+        self.max_parallel = max_parallel
+        self.health = health if health is not None else WorkerHealth()
+        self.backoff_s = backoff_s
+        self.min_output_tokens = min_output_tokens
+        self._sleep = sleep
+        self._adapter = WorkerPromptAdapter()
+
+    def run(self, workflow: Workflow, question: str, budget: Budget | None = None) -> RunResult:
+        """Run ``workflow`` (already validated against this pool) on ``question``."""
+        budget = budget or self.budget
+        tracer = _tracing.tracer
+        if tracer is None:
+            return self._run(workflow, question, budget)
+        return _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget))
+
+    def _run(self, workflow: Workflow, question: str, budget: Budget) -> RunResult:
+        ledger = _Ledger(budget, self.min_output_tokens)
+        waiting = deque(range(len(workflow)))
+        started: dict[int, _Step] = {}
+        answered: set[int] = set()
+        problems: list[tuple[int, RunError]] = []  # (step, why the run stops): once there is one, no step starts
+        running: dict[Future[None], _Step] = {}
+        threads: ThreadPoolExecutor | None = None  # made only when two steps run at once
+        try:
+            while True:
+                batch = []
+                for index in [] if problems else self._ready(workflow, waiting, answered, len(running)):
+                    try:
+                        batch.append(self._prepare(workflow, index, question, started, ledger))
+                    except BudgetExceeded as exc:
+                        problems.append((index, RunError("budget", f"step {index} not run: {exc}")))
+                        break
+                started.update((step.trace.index, step) for step in batch)
+                if not batch and not running:
+                    break
+                if len(batch) == 1 and not running:  # nothing to run beside it: run it on this thread
+                    self._run_step(batch[0], ledger)
+                    finished = batch
+                else:
+                    threads = threads or ThreadPoolExecutor(self.max_parallel, thread_name_prefix="conductor-step")
+                    for step in batch:  # each thread gets a copy of the caller's context: dspy.context, spans
+                        running[threads.submit(contextvars.copy_context().run, self._run_step, step, ledger)] = step
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        future.result()  # re-raises what escaped a step: a bug, not a worker failure
+                    finished = [running.pop(future) for future in done]
+                for step in finished:
+                    if step.trace.error is None:
+                        answered.add(step.trace.index)
+                    else:
+                        problems.append((step.trace.index, _failure(step.trace)))
+        finally:
+            if threads is not None:
+                threads.shutdown()
+
+        steps = [started[index] for index in sorted(started)]
+        if dspy.settings.trace is not None:  # let DSPy optimizers see worker steps like any predictor call
+            for step in steps:
+                if step.trace.error is None:
+                    output = dspy.Prediction(**{_output_field(step.predictor): step.trace.output})
+                    dspy.settings.trace.append((step.predictor, step.inputs, output))
+        result = RunResult(answer=None, steps=[step.trace for step in steps], workflow=workflow)
+        if problems:
+            result.error = min(problems, key=lambda problem: problem[0])[1]  # the first in workflow order
+        elif result.steps:
+            result.answer = result.steps[-1].output
+        return result
+
+    def _ready(self, workflow: Workflow, waiting: deque[int], answered: set[int], running: int) -> list[int]:
+        """Take from ``waiting`` the steps that may start now: in workflow order, while every step each one sees is
+        answered and fewer than ``max_parallel`` run."""
+        ready = []
+        while waiting and running + len(ready) < self.max_parallel and set(workflow.visible(waiting[0])) <= answered:
+            ready.append(waiting.popleft())
+        return ready
+
+    # ---- one step ------------------------------------------------------------------------------------------------
+    def _prepare(
+        self, workflow: Workflow, index: int, question: str, started: dict[int, _Step], ledger: _Ledger
+    ) -> _Step:
+        """Build step ``index``'s prompt, pick the workers it may try and reserve the budget of the first."""
+        step = workflow.steps[index]
+        role = step.role or self.default_role
+        trace = StepTrace(index, step.worker, self.pool[step.worker].name, role, step.subtask, workflow.visible(index))
+        predictor = self.roles[role]
+        context = _context([started[j].trace for j in trace.visible])
+        offered = {"question": question, "context": context, "subtask": step.subtask}
+        fields = predictor.signature.input_fields  # a computed property: read it once
+        inputs = {k: v for k, v in offered.items() if k in fields}
+        messages = self._adapter.format(predictor.signature, predictor.demos, inputs)
+        workers, notes = route(self.pool, self.health, step.worker)
+        hold = self._reserve(ledger, workers[0], trace, messages) if workers else None
+        return _Step(trace, predictor, inputs, messages, workers, notes, hold)
+
+    def _reserve(self, ledger: _Ledger, worker: Worker, trace: StepTrace, messages: Messages) -> _Hold:
+        trace.prompt_tokens = worker.count_tokens(messages)
+        return ledger.reserve(worker, trace.index, trace.prompt_tokens)
+
+    def _run_step(self, step: _Step, ledger: _Ledger) -> None:
+        tracer = _tracing.tracer
+        if tracer is None:
+            self._try_workers(step, ledger)
+        else:
+            _tracing.traced_step(tracer, step.trace, lambda: self._try_workers(step, ledger))
+
+    def _try_workers(self, step: _Step, ledger: _Ledger) -> None:
+        """Ask the step's workers in turn until one answers; record who answered, or why none did."""
+        trace, hold, notes = step.trace, step.hold, list(step.notes)
+        started = time.perf_counter()
+        for worker in step.workers:
+            if hold is None:  # a fallback: it needs its own reservation
+                try:
+                    hold = self._reserve(ledger, worker, trace, step.messages)
+                except BudgetExceeded as exc:
+                    notes.append(f"{worker.name} does not fit the budget: {exc}")
+                    continue
+            try:
+                completion = self._call_with_retries(worker, step.messages, hold.max_tokens, trace)
+            except WorkerError as exc:
+                ledger.settle(hold)
+                hold = None
+                notes.append(str(exc) if worker.name in str(exc) else f"{worker.name}: {exc}")
+                continue
+            trace.latency_s = time.perf_counter() - started
+            trace.prompt_tokens, trace.completion_tokens = completion.input_tokens, completion.output_tokens
+            trace.cost = (
+                completion.cost
+                if completion.cost is not None
+                else worker.price.cost(completion.input_tokens, completion.output_tokens)
+            )
+            ledger.settle(hold, completion.input_tokens + completion.output_tokens, trace.cost)
+            trace.output = self._adapter.parse(step.predictor.signature, completion.text)[_output_field(step.predictor)]
+            trace.answered_by = worker.name
+            trace.fallback_reason = "; ".join(notes) or None
+            if notes:
+                logger.info("step %d: %s answered for %s (%s)", trace.index, worker.name, trace.worker, notes[-1])
+            return
+        trace.latency_s = time.perf_counter() - started
+        trace.error = "; ".join(notes)
+
+    def _call_with_retries(self, worker: Worker, messages: Messages, max_tokens: int, trace: StepTrace) -> Completion:
+        """Call ``worker`` until it answers, its retries are spent, or it is cooled down; errors that would repeat
+        are not retried. Every call's outcome goes into the pool's health record."""
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(worker.retries + 1),
+            stop=tenacity.stop_any(
+                tenacity.stop_after_attempt(worker.retries + 1),
+                lambda _: self.health.cooldown_left(worker.name) > 0,
+            ),
             wait=tenacity.wait_exponential_jitter(initial=self.backoff_s, max=30 * self.backoff_s),
             retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, WorkerError) and exc.retryable),
             sleep=self._sleep,
@@ -205,12 +392,25 @@ class Executor:
         )
         for attempt in retrying:
             with attempt:
-                trace.attempts = attempt.retry_state.attempt_number
-                return _call_with_timeout(
-                    lambda: worker.complete(messages, max_tokens=max_tokens, temperature=worker.temperature),
-                    worker,
-                )
+                trace.attempts += 1
+                try:
+                    completion = _call_with_timeout(
+                        lambda: worker.complete(messages, max_tokens=max_tokens, temperature=worker.temperature),
+                        worker,
+                    )
+                except WorkerError as exc:
+                    if exc.retryable:  # an error that would repeat says nothing about the worker's health
+                        self.health.record_failure(worker.name)
+                    raise
+                self.health.record_success(worker.name)
+                return completion
         raise AssertionError("unreachable: tenacity reraises the last error")
+
+
+def _failure(trace: StepTrace) -> RunError:
+    return RunError(
+        "execution", f"step {trace.index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
+    )
 
 
 def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Completion:
@@ -224,7 +424,10 @@ def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Comple
         except BaseException as exc:  # handed to the caller's thread below
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name=f"worker-{worker.name}", daemon=True)
+    # The thread runs in a copy of the caller's context, so dspy.context settings and the current span reach it.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name=f"worker-{worker.name}", daemon=True
+    )
     thread.start()
     thread.join(worker.timeout_s)
     if thread.is_alive():
@@ -237,15 +440,13 @@ def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Comple
     return box["value"]  # type: ignore[return-value]
 
 
-def _context(steps: list[StepTrace], visible: tuple[int, ...]) -> str:
-    parts = []
-    for j in visible:
-        step = steps[j]
-        parts.append(
-            f"Step {j} (Model {step.worker_index}) subtask: {step.subtask}\n"
-            f"Step {j} (Model {step.worker_index}) response:\n{step.output}"
-        )
-    return "\n\n".join(parts)
+def _context(steps: list[StepTrace]) -> str:
+    """The visible earlier steps as the worker sees them: each one's subtask and response."""
+    return "\n\n".join(
+        f"Step {s.index} (Model {s.worker_index}) subtask: {s.subtask}\n"
+        f"Step {s.index} (Model {s.worker_index}) response:\n{s.output}"
+        for s in steps
+    )
 
 
 def _output_field(predictor: dspy.Predict) -> str:

@@ -6,11 +6,12 @@ Config (a dict, or a YAML / TOML file with the same shape)::
     workers:
       - {name: smollm2, kind: local, model: smollm2-135m-instruct}
       - {name: gpt, kind: lm, model: openai/gpt-4o-mini, api_key_env: OPENAI_API_KEY,
-         price: {input_per_1k: 0.00015, output_per_1k: 0.0006}}
+         price: {input_per_1k: 0.00015, output_per_1k: 0.0006}, fallbacks: [smollm2]}
       - {name: python, kind: tool, tool: python}            # built-in tools: python, calculator
       - {name: lookup, kind: tool, tool: "my_pkg.tools:lookup"}
 
 Secrets never live in the config: an ``lm`` worker names the environment variable that holds its key.
+``fallbacks`` names other workers of the pool that take a worker's steps while it fails (see ``_failover.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +57,7 @@ class WorkerSpec(pydantic.BaseModel):
     retries: int = pydantic.Field(2, ge=0)
     api_key_env: str | None = None
     api_base: str | None = None
+    fallbacks: list[str] = []
 
     @pydantic.model_validator(mode="after")
     def _kind_needs(self) -> WorkerSpec:
@@ -79,6 +81,9 @@ class PoolSpec(pydantic.BaseModel):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"worker names must be unique; repeated: {duplicates}")
+        problems = _fallback_problems(names, {w.name: w.fallbacks for w in self.workers})
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 
@@ -93,15 +98,30 @@ DEFAULT_POOL: dict[str, Any] = {
 
 
 class WorkerPool(Sequence[Worker]):
-    """An ordered, immutable sequence of uniquely named workers. Index ``i`` is "Model i" to the conductor."""
+    """An ordered, immutable sequence of uniquely named workers. Index ``i`` is "Model i" to the conductor.
 
-    def __init__(self, workers: Sequence[Worker], *, show_descriptions: bool = False, spec: PoolSpec | None = None):
+    ``fallbacks`` maps a worker's name to the names of the workers that take its steps while it fails, in order.
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[Worker],
+        *,
+        show_descriptions: bool = False,
+        spec: PoolSpec | None = None,
+        fallbacks: Mapping[str, Sequence[str]] | None = None,
+    ):
         if not workers:
             raise ConfigError("a worker pool needs at least one worker")
         names = [w.name for w in workers]
         if len(set(names)) != len(names):
             raise ConfigError(f"worker names must be unique: {names}")
+        fallbacks = {name: tuple(others) for name, others in (fallbacks or {}).items() if others}
+        problems = _fallback_problems(names, fallbacks)
+        if problems:
+            raise ConfigError("; ".join(problems))
         self._workers = tuple(workers)
+        self.fallbacks = fallbacks
         self.show_descriptions = show_descriptions
         self.spec = spec  # the config it was built from, if any (saved with compiled programs; holds no secrets)
 
@@ -114,7 +134,12 @@ class WorkerPool(Sequence[Worker]):
         except pydantic.ValidationError as exc:
             lines = [f"  {'.'.join(map(str, e['loc'])) or '(pool)'}: {e['msg']}" for e in exc.errors()]
             raise ConfigError("invalid worker pool config:\n" + "\n".join(lines)) from None
-        return cls([_build_worker(w) for w in spec.workers], show_descriptions=spec.show_descriptions, spec=spec)
+        return cls(
+            [_build_worker(w) for w in spec.workers],
+            show_descriptions=spec.show_descriptions,
+            spec=spec,
+            fallbacks={w.name: w.fallbacks for w in spec.workers},
+        )
 
     @classmethod
     def from_file(cls, path: str | Path) -> WorkerPool:
@@ -165,6 +190,18 @@ class WorkerPool(Sequence[Worker]):
 
     def __repr__(self) -> str:
         return f"WorkerPool({self.names})"
+
+
+def _fallback_problems(names: Sequence[str], fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
+    """Every fallback that names no worker of the pool, or the worker itself."""
+    problems = []
+    for name, others in fallbacks.items():
+        if name not in names:
+            problems.append(f"fallbacks are given for {name!r}, which is not in the pool")
+        problems += [f"{name!r} falls back to {o!r}, which is not in the pool" for o in others if o not in names]
+        if name in others:
+            problems.append(f"{name!r} can't fall back to itself")
+    return problems
 
 
 def _build_worker(spec: WorkerSpec) -> Worker:

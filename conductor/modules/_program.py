@@ -29,6 +29,7 @@ class ProgramOptions(TypedDict, total=False):
     signature: str | type[dspy.Signature]
     roles: Sequence[type[dspy.Signature]]
     budget: Budget
+    max_parallel: int
     max_question_chars: int
 
 
@@ -46,6 +47,7 @@ class PoolProgram(dspy.Module):
         roles: role signatures a step may take; the first is the default role. Their predictors are attributes of
             the program, so optimizers and save/load see them.
         budget: per-run limits on steps, tokens and cost.
+        max_parallel: the most steps that run at once (steps that don't see each other may overlap; 1: none do).
         max_question_chars: longer questions are refused before any model is called.
     """
 
@@ -56,6 +58,7 @@ class PoolProgram(dspy.Module):
         signature: str | type[dspy.Signature] = "question -> answer",
         roles: Sequence[type[dspy.Signature]] = BUILTIN_ROLES,
         budget: Budget = Budget(),
+        max_parallel: int = 4,
         max_question_chars: int = 200_000,
     ):
         super().__init__()
@@ -66,7 +69,9 @@ class PoolProgram(dspy.Module):
         self.signature = dspy.ensure_signature(signature)
         self.max_question_chars = max_question_chars
         self.roles = {role_name(role): dspy.Predict(role) for role in roles}
-        self.executor = Executor(pool, self.roles, default_role=role_name(roles[0]), budget=budget)
+        self.executor = Executor(
+            pool, self.roles, default_role=role_name(roles[0]), budget=budget, max_parallel=max_parallel
+        )
 
     def _question(self, inputs: dict[str, Any]) -> str | RunError:
         """The question text made from the signature's input fields, or an ``input`` error."""

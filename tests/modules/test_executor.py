@@ -1,4 +1,5 @@
 import itertools
+import threading
 import time
 
 import dspy
@@ -134,3 +135,123 @@ def test_an_error_that_would_repeat_is_not_retried():
     worker = ScriptedWorker("calc", refuse, retries=3)
     result = Executor(pool_of(worker), sleep=no_sleep).run(Workflow((Step(0, "go"),)), "t")
     assert worker.calls == 1 and "failed after 1 attempts" in result.error.message
+
+
+# ---- parallel steps ----------------------------------------------------------------------------------------------
+class Concurrency:
+    """A script that sleeps while it answers and records how many calls overlapped."""
+
+    def __init__(self, answer, delay_s=0.05):
+        self.answer, self.delay_s = answer, delay_s
+        self.active = self.peak = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, prompt):
+        with self._lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.active -= 1
+        return self.answer(prompt)
+
+
+def facts(result):
+    """Everything a run's result says except timings."""
+    steps = [(s.index, s.worker, s.role, s.visible, s.output, s.prompt_tokens, s.completion_tokens, s.cost,
+              s.attempts, s.answered_by, s.fallback_reason, s.error) for s in result.steps]  # fmt: skip
+    return result.answer, result.error, steps, result.tokens, result.cost
+
+
+def test_a_parallel_run_equals_the_sequential_run():
+    workflow = Workflow(
+        (
+            Step(0, "first", ()),
+            Step(1, "second", ()),
+            Step(2, "third", (), role="plan"),
+            Step(1, "join 0 and 1", (0, 1)),
+            Step(0, "extend 2", (2,)),
+            Step(2, "combine everything"),
+        )
+    )
+    runs = {}
+    for max_parallel in (1, 4):
+        script = Concurrency(lambda p: f"read {len(p.split())} words ending {p.split()[-1]}", delay_s=0.02)
+        pool = pool_of(
+            ScriptedWorker("a", script, price=Price(1.0, 2.0)),
+            ScriptedWorker("b", script, price=Price(0.5, 0.5)),
+            ScriptedWorker("c", script),
+        )
+        with dspy.context(trace=[]):
+            result = Executor(pool, max_parallel=max_parallel).run(workflow, "the task")
+            dspy_trace = [(p.signature.__name__, inputs, out.toDict()) for p, inputs, out in dspy.settings.trace]
+        runs[max_parallel] = facts(result), dspy_trace, script.peak
+    assert runs[1][:2] == runs[4][:2]
+    assert runs[1][0][1] is None and len(runs[1][1]) == 6
+    assert runs[1][2] == 1 and runs[4][2] == 3  # steps 0-2 overlapped
+
+
+def test_independent_steps_overlap_and_the_dependent_one_waits():
+    busy_when_combining = []
+    script = Concurrency(lambda p: busy_when_combining.append(script.active) or "done" if "combine" in p else "part")
+    worker = ScriptedWorker("w", script)
+    workflow = Workflow((*(Step(0, f"part {i}", ()) for i in range(4)), Step(0, "combine")))
+    result = Executor(pool_of(worker), max_parallel=4).run(workflow, "t")
+    assert result.answer == "done" and script.peak == 4 and worker.calls == 5
+    assert busy_when_combining == [0]  # no part was still running
+
+
+@pytest.mark.parametrize("limit", ["tokens", "cost"])
+def test_steps_running_together_never_jointly_exceed_the_budget(limit):
+    script = Concurrency(lambda p: "word " * 500, delay_s=0.02)
+    worker = ScriptedWorker("w", script, max_tokens=100, price=Price(0.0, 1.0))
+    workflow = Workflow((*(Step(0, f"part {i}", ()) for i in range(12)), Step(0, "combine")))
+    budget = Budget(max_tokens=700) if limit == "tokens" else Budget(max_cost=0.45)
+    result = Executor(pool_of(worker), max_parallel=8, min_output_tokens=10).run(workflow, "t", budget)
+    assert script.peak > 1
+    assert result.error.kind == "budget" and result.answer is None
+    if limit == "tokens":
+        assert result.tokens <= 700
+    else:
+        assert result.cost <= 0.45
+    assert all(s.error is None for s in result.steps) and len(result.steps) < 12
+
+
+def test_a_failed_step_stops_new_steps_and_running_ones_finish():
+    slow = ScriptedWorker("slow", Concurrency(lambda p: "slow done", 0.15))
+    broken = ScriptedWorker("broken", fail_times=99, retries=0)
+    later = ScriptedWorker("later")
+    workflow = Workflow((Step(1, "fails", ()), Step(0, "runs on", ()), Step(2, "never", ()), Step(2, "end")))
+    result = Executor(pool_of(slow, broken, later), max_parallel=2).run(workflow, "t")
+    assert later.calls == 0
+    assert [(s.index, s.output) for s in result.steps] == [(0, None), (1, "slow done")]
+    assert result.error.kind == "execution" and result.error.message.startswith("step 0 (broken)")
+
+
+def test_the_error_reported_is_the_first_in_workflow_order():
+    late = ScriptedWorker("late", Concurrency(lambda p: 1 / 0, 0.1), retries=0)
+    early = ScriptedWorker("early", fail_times=99, retries=0)
+    result = Executor(pool_of(late, early), max_parallel=2).run(Workflow((Step(0, "a", ()), Step(1, "b", ()))), "t")
+    assert result.error.message.startswith("step 0 (late)") and len(result.steps) == 2
+
+
+def test_a_step_over_budget_while_others_run_keeps_the_steps_before_it():
+    worker = ScriptedWorker("w", Concurrency(lambda p: "ok", 0.02))
+    workflow = Workflow(tuple(Step(0, f"part {i}", ()) for i in range(3)))
+    result = Executor(pool_of(worker), max_parallel=3).run(workflow, "t", Budget(max_steps=2))
+    assert [s.index for s in result.steps] == [0, 1] and worker.calls == 2
+    assert result.error.kind == "budget" and result.error.message.startswith("step 2 not run")
+
+
+def test_max_parallel_must_be_positive():
+    with pytest.raises(ValueError, match="max_parallel"):
+        Executor(pool_of(ScriptedWorker("w")), max_parallel=0)
+
+
+def test_cost_is_attributed_to_workers_and_steps():
+    a = ScriptedWorker("a", itertools.repeat("one two"), price=Price(0.0, 1.0))
+    b = ScriptedWorker("b", itertools.repeat("one two three"), price=Price(0.0, 2.0))
+    result = Executor(pool_of(a, b)).run(Workflow((Step(0, "x", ()), Step(1, "y", ()), Step(0, "z"))), "t")
+    assert result.cost_by_step() == pytest.approx({0: 0.002, 1: 0.006, 2: 0.002})
+    assert result.cost_by_worker() == pytest.approx({"a": 0.004, "b": 0.006})
+    assert sum(result.cost_by_worker().values()) == pytest.approx(result.cost)
