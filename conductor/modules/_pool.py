@@ -166,6 +166,10 @@ class WorkerPool(Sequence[Worker]):
     def __getitem__(self, index):  # type: ignore[override]
         return self._workers[index]
 
+    def __deepcopy__(self, memo: dict) -> WorkerPool:
+        """Copies of a program share its pool: workers hold live resources (models, processes, locks, health)."""
+        return self
+
     def __len__(self) -> int:
         return len(self._workers)
 

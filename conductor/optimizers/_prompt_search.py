@@ -1,0 +1,224 @@
+"""Prompt and program search for the ``Conductor``, done by DSPy's own optimizers.
+
+``WorkflowFewShot`` searches the conductor's few-shot example workflows (the paper's most damaging ablation:
+LiveCodeBench fell from 64.3 to 54.9 without them) with ``dspy.BootstrapFewShotWithRandomSearch``. ``PromptSearch``
+searches the instructions of the conductor and of the worker roles (and the few-shot workflows) with
+``dspy.MIPROv2``, or with ``dspy.GEPA`` when a reflection LM is given. DSPy's optimizers run unchanged; this module
+supplies only what they can't know about the Conductor (each point was seen failing on DSPy 3.4.1 run as-is):
+
+- the conductor's LM: DSPy's ``reset_copy()`` clears every predictor's ``lm``, so the teacher, the zero-shot candidate
+  and the result lose the conductor's LM ("No LM is loaded" on every example, zero demos, a result that can't run).
+  The search runs with the conductor's LM as the default LM, and the result gets it back;
+- no labeled demos: the conductor's prompt renders every demo as a workflow and a raw training example has none
+  (``KeyError: 'model_id'`` on every example), so only bootstrapped demos are used;
+- ``WorkflowMetric``: a run whose own workflow was unusable never becomes a demo, even when the fallback answered
+  right; and a metric that raises is reported before the search starts instead of scoring every candidate 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import dspy
+from dspy.teleprompt import Teleprompter
+
+from conductor.errors import ConductorError, ConfigError, MissingDependency
+from conductor.modules import Conductor
+from conductor.optimizers._rewards import Metric
+
+logger = logging.getLogger(__name__)
+
+TUNE_EXTRA_HINT = "pip install 'dspy-conductor[tune]'"
+
+
+def import_optuna(feature: str) -> ModuleType:
+    """Optuna, or ``MissingDependency`` naming the extra that installs it."""
+    try:
+        import optuna
+    except ImportError as exc:
+        raise MissingDependency(f"{feature} needs Optuna: {TUNE_EXTRA_HINT} ({exc})") from exc
+    return optuna
+
+
+class WorkflowMetric:
+    """The user's ``metric(example, prediction)`` as DSPy's optimizers call it on ``Conductor`` predictions.
+
+    Evaluating (no ``trace``), it is the metric's value for the answer. Bootstrapping (DSPy passes the ``trace``), it
+    is 1.0 only when the conductor's own workflow ran (not the fallback after a format error) and the metric reached
+    ``threshold``, so only such workflows become few-shot demos. A metric that raises scores 0 and is logged, as a
+    rollout's reward does; ``check`` catches a metric that can't score at all. ``pred_name`` and ``pred_trace`` are
+    GEPA's per-predictor arguments; the score is the whole run's.
+    """
+
+    def __init__(self, metric: Metric, threshold: float = 1.0):
+        self.metric = metric
+        self.threshold = threshold
+
+    def __call__(
+        self,
+        example: dspy.Example,
+        prediction: dspy.Prediction,
+        trace: list | None = None,
+        pred_name: str | None = None,
+        pred_trace: list | None = None,
+    ) -> float:
+        if trace is not None and not _own_workflow_ran(prediction):
+            return 0.0
+        try:
+            value = float(self.metric(example, prediction))
+        except Exception as exc:  # one bad example must not end a search: it scores 0, as in training
+            logger.warning("the metric raised (scored 0): %s: %s", type(exc).__name__, exc)
+            return 0.0
+        return value if trace is None else float(value >= self.threshold)
+
+    def check(self, program: dspy.Module, example: dspy.Example) -> None:
+        """Run ``program`` on ``example`` and raise ``ConductorError`` if the metric raises on the result: a metric
+        that can't score would make every candidate score 0, and a search would silently keep its baseline."""
+        prediction = program(**example.inputs())
+        try:
+            self.metric(example, prediction)
+        except Exception as exc:
+            raise ConductorError(
+                f"the metric raised on the first example ({type(exc).__name__}: {exc}); fix it before searching"
+            ) from exc
+
+
+class WorkflowFewShot(Teleprompter):
+    """Few-shot example workflows for the conductor: ``dspy.BootstrapFewShotWithRandomSearch`` on the Conductor.
+
+    The student runs on ``trainset``; a run whose own workflow executed and scored at least ``threshold`` (1: right)
+    becomes an ``Orchestrate`` demo (the question, the pool and roles it saw, and that workflow's lists). DSPy then
+    tries the no-demo baseline, the first ``k`` such demos (the paper used 4) and ``num_candidates`` seeded random
+    sets of 1 to ``k`` demos, and keeps the set with the best validation score (``valset``, else ``trainset``); on a
+    tie the baseline or the earlier set stays. The result's ``candidate_programs`` lists every set's score.
+
+    DSPy also bootstraps the other predictors a successful run called, so the worker roles get demos from the same
+    runs once ``Conductor.deepcopy()`` keeps its executor on the copy's role predictors (today, with a pool that
+    can't be deep-copied, the worker steps are recorded against the original's predictors and DSPy skips them).
+    """
+
+    def __init__(
+        self,
+        metric: Metric,
+        *,
+        k: int = 4,
+        num_candidates: int = 8,
+        threshold: float = 1.0,
+        num_threads: int | None = None,
+    ):
+        if k < 1 or num_candidates < 0:
+            raise ConfigError(f"k must be at least 1 and num_candidates at least 0, not {k} and {num_candidates}")
+        self.metric = metric
+        self.k = k
+        self.num_candidates = num_candidates
+        self.threshold = threshold
+        self.num_threads = num_threads
+
+    def compile(
+        self, student: Conductor, *, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example] | None = None
+    ) -> Conductor:
+        metric = WorkflowMetric(self.metric, self.threshold)
+        search = dspy.BootstrapFewShotWithRandomSearch(
+            metric=metric,
+            max_bootstrapped_demos=self.k,
+            max_labeled_demos=0,
+            num_candidate_programs=self.num_candidates,
+            num_threads=self.num_threads,
+        )
+        # Candidate -2 is "labeled demos only": with none allowed it would repeat the baseline (-3).
+        restrict = [-3, *range(-1, self.num_candidates)]
+        return _search(student, trainset, valset, metric, lambda _: search, restrict=restrict)
+
+
+class PromptSearch(Teleprompter):
+    """Instructions of the conductor and the worker roles, and the conductor's few-shot workflows, searched by
+    ``dspy.MIPROv2`` (instructions proposed by ``prompt_model``, combinations chosen by Optuna's TPE on validation
+    score), or by ``dspy.GEPA`` (instructions rewritten by ``reflection_lm`` from failed runs) when one is given.
+
+    ``options`` go to the DSPy optimizer's constructor, with ``auto="light"`` unless given (e.g. ``num_threads``,
+    ``seed``, ``max_bootstrapped_demos`` for MIPROv2; ``auto=None, max_metric_calls=200`` for GEPA). MIPROv2 runs
+    without labeled demos and with the conductor's LM as its task model. Without ``valset``, MIPROv2 holds part of
+    ``trainset`` out and GEPA validates on ``trainset``, as DSPy does.
+
+    Role instructions are searched on copies of the student, so they reach the workers only once
+    ``Conductor.deepcopy()`` keeps the copy's executor on the copy's role predictors (it doesn't when the pool can't
+    be deep-copied); the conductor's own instructions and demos are unaffected.
+    """
+
+    def __init__(
+        self,
+        metric: Metric,
+        *,
+        prompt_model: dspy.LM | None = None,
+        reflection_lm: dspy.LM | None = None,
+        threshold: float = 1.0,
+        **options: Any,
+    ):
+        self.metric = metric
+        self.prompt_model = prompt_model
+        self.reflection_lm = reflection_lm
+        self.threshold = threshold
+        self.options = {"auto": "light", **options}
+
+    def compile(
+        self, student: Conductor, *, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example] | None = None
+    ) -> Conductor:
+        metric = WorkflowMetric(self.metric, self.threshold)
+        if self.reflection_lm is not None:
+            return _search(
+                student,
+                trainset,
+                valset,
+                metric,
+                lambda _: dspy.GEPA(metric=metric, reflection_lm=self.reflection_lm, **self.options),
+            )
+        import_optuna("Instruction search with MIPROv2")
+        prompt_model = self.prompt_model or dspy.settings.lm
+        if prompt_model is None:
+            raise ConfigError("PromptSearch needs a prompt_model (or reflection_lm, or dspy.configure(lm=...))")
+
+        def mipro(conductor_lm: dspy.LM) -> Teleprompter:
+            return dspy.MIPROv2(
+                metric=metric, prompt_model=prompt_model, task_model=conductor_lm, max_labeled_demos=0, **self.options
+            )
+
+        return _search(student, trainset, valset, metric, mipro)
+
+
+def _search(
+    student: Conductor,
+    trainset: Sequence[dspy.Example],
+    valset: Sequence[dspy.Example] | None,
+    metric: WorkflowMetric,
+    optimizer: Callable[[dspy.LM], Teleprompter],
+    **compile_options: Any,
+) -> Conductor:
+    """Check the inputs, then run ``optimizer(conductor_lm).compile`` on a copy of ``student`` with the conductor's
+    LM as the default LM; the result gets the student's LM back (``reset_copy`` cleared it)."""
+    if not isinstance(student, Conductor):
+        raise ConfigError(f"the student must be a Conductor, not {type(student).__name__}")
+    if not trainset:
+        raise ConfigError("the trainset is empty: prompt search needs examples to run the conductor on")
+    if valset is not None and not valset:
+        raise ConfigError("the valset is empty: pass None to validate on the trainset")
+    lm = student.orchestrate.lm or dspy.settings.lm
+    if lm is None:
+        raise ConfigError("the conductor has no LM: pass lm= to the Conductor or call dspy.configure(lm=...)")
+    with dspy.context(lm=lm):
+        metric.check(student, trainset[0])
+        fresh = student.deepcopy()
+        fresh._compiled = False  # DSPy refuses to bootstrap a compiled student; a compiler searches again
+        result = optimizer(lm).compile(
+            fresh, trainset=list(trainset), valset=list(valset) if valset is not None else None, **compile_options
+        )
+    result.orchestrate.lm = student.orchestrate.lm
+    logger.info("prompt search done: %d conductor demos", len(result.orchestrate.demos))
+    return result
+
+
+def _own_workflow_ran(prediction: dspy.Prediction) -> bool:
+    error = prediction.get("error")
+    return prediction.get("workflow") is not None and (error is None or error.kind != "format")
