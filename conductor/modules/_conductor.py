@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, Unpack
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, Unpack
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from conductor.errors import ConfigError, WorkflowError
-from conductor.modules._executor import RunError, RunResult
+from conductor.modules._executor import Budget, Executor, RunError, RunResult
 from conductor.modules._pool import WorkerPool
 from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
 from conductor.modules._prompts import WorkflowAdapter
@@ -19,6 +20,14 @@ from conductor.signatures import Orchestrate
 logger = logging.getLogger(__name__)
 
 Fallback = Literal["first_worker", "none"]
+
+
+class Plan(NamedTuple):
+    """The conductor's answer for one question: a runnable workflow, or ``None`` and the format ``error``."""
+
+    workflow: Workflow | None
+    text: str
+    error: RunError | None
 
 
 class Conductor(PoolProgram):
@@ -56,21 +65,37 @@ class Conductor(PoolProgram):
         self.fallback = fallback
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        question = self._question(inputs)
+        question = self.question_text(inputs)
         if isinstance(question, RunError):
-            return self._prediction(RunResult(answer=None, error=question), None, "")
-        workflow, text, format_error = self.plan(question)
-        if workflow is None:
-            workflow = self._fallback_workflow()
-            if workflow is None:
-                return self._prediction(RunResult(answer=None, error=format_error), None, text)
-        result = self.executor.run(workflow, question)
-        if format_error is not None:
-            result.error = format_error  # the fallback answered, but the conductor's own workflow was unusable
-        return self._prediction(result, workflow, text)
+            return self.make_prediction(RunResult(answer=None, error=question), None, "")
+        return self.run_plan(question, self.plan(question))
 
-    def plan(self, question: str) -> tuple[Workflow | None, str, RunError | None]:
-        """Ask the conductor LM for a workflow: ``(workflow, raw_text, None)``, or ``(None, raw_text, error)``."""
+    def run_plan(
+        self,
+        question: str,
+        plan: Plan,
+        *,
+        executor: Executor | None = None,
+        budget: Budget | None = None,
+        check: Callable[[Workflow, RunError | None], None] | None = None,
+    ) -> dspy.Prediction:
+        """Run what ``plan`` returned: the conductor's workflow, or the fallback when it was unusable.
+
+        ``check`` sees the workflow about to run (and the format error, if it is the fallback) before any worker is
+        called, and may raise to refuse it; a server uses it to enforce per-key permissions.
+        """
+        to_run = plan.workflow or self.fallback_workflow()
+        if to_run is None:
+            return self.make_prediction(RunResult(answer=None, error=plan.error), None, plan.text)
+        if check is not None:
+            check(to_run, plan.error)
+        result = (executor or self.executor).run(to_run, question, budget)
+        if plan.error is not None:
+            result.error = plan.error  # the fallback answered, but the conductor's own workflow was unusable
+        return self.make_prediction(result, to_run, plan.text)
+
+    def plan(self, question: str) -> Plan:
+        """Ask the conductor LM for a workflow; a format problem is returned in ``Plan.error``, never raised."""
         adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
         with dspy.context(adapter=adapter):
             try:
@@ -81,17 +106,17 @@ class Conductor(PoolProgram):
                     max_steps=self.limits.max_steps,
                 )
             except AdapterParseError as exc:
-                return None, exc.lm_response, RunError("format", str(exc.__cause__ or exc))
+                return Plan(None, exc.lm_response, RunError("format", str(exc.__cause__ or exc)))
         try:
             workflow = Workflow.from_lists(
                 out.model_id, out.subtasks, out.access_list, out.roles or None, reasoning=out.reasoning or ""
             ).validate(len(self.pool), self.limits, set(self.roles))
         except WorkflowError as exc:
-            return None, adapter.completion, RunError("format", str(exc))
-        return workflow, adapter.completion, None
+            return Plan(None, adapter.completion, RunError("format", str(exc)))
+        return Plan(workflow, adapter.completion, None)
 
-    # ---- helpers ----
-    def _fallback_workflow(self) -> Workflow | None:
+    def fallback_workflow(self) -> Workflow | None:
+        """What runs when the conductor's workflow is unusable (``None``: nothing runs)."""
         if self.fallback == "none":
             return None
         return Workflow((Step(0, DIRECT_SUBTASK, ()),))

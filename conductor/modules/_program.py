@@ -73,7 +73,7 @@ class PoolProgram(dspy.Module):
             pool, self.roles, default_role=role_name(roles[0]), budget=budget, max_parallel=max_parallel
         )
 
-    def _question(self, inputs: dict[str, Any]) -> str | RunError:
+    def question_text(self, inputs: dict[str, Any]) -> str | RunError:
         """The question text made from the signature's input fields, or an ``input`` error."""
         missing = [name for name in self.signature.input_fields if name not in inputs]
         if missing:
@@ -91,7 +91,7 @@ class PoolProgram(dspy.Module):
             )
         return question
 
-    def _prediction(self, result: RunResult, workflow: Workflow | None, text: str = "") -> dspy.Prediction:
+    def make_prediction(self, result: RunResult, workflow: Workflow | None, text: str = "") -> dspy.Prediction:
         """The prediction every method returns; ``text`` is the conductor's raw output, if there was a conductor."""
         outputs = {}
         for name, output in self.signature.output_fields.items():

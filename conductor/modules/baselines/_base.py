@@ -21,11 +21,11 @@ class WorkflowProgram(PoolProgram):
         raise NotImplementedError
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        question = self._question(inputs)
+        question = self.question_text(inputs)
         if isinstance(question, RunError):
-            return self._prediction(RunResult(answer=None, error=question), None)
+            return self.make_prediction(RunResult(answer=None, error=question), None)
         workflow = self.workflow_for(question)
-        return self._prediction(self._run(workflow, question), workflow)
+        return self.make_prediction(self._run(workflow, question), workflow)
 
     def _run(self, workflow: Workflow, question: str) -> RunResult:
         """Execute ``workflow``; a subclass may post-process the result (e.g. vote over the steps)."""
