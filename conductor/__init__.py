@@ -5,6 +5,7 @@ import os
 # litellm otherwise tries to download its price table at import time; these machines (and many clusters) are offline.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from conductor.deploy import load_program as load
 from conductor.errors import (
     BudgetExceeded,
     ConductorError,
@@ -60,5 +61,6 @@ __all__ = [
     "WorkflowError",
     "disable_tracing",
     "enable_tracing",
+    "load",
     "render_trace_html",
 ]

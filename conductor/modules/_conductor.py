@@ -115,6 +115,16 @@ class Conductor(PoolProgram):
             return Plan(None, adapter.completion, RunError("format", str(exc)))
         return Plan(workflow, adapter.completion, None)
 
+    def save(self, path, save_program: bool = False, modules_to_serialize=None, **manifest: Any) -> Any:
+        """``path`` ending in ``.json`` or ``.pkl``: DSPy's own state file. Otherwise a deployable folder (manifest,
+        pool config without secrets, prompts and demos, the conductor LM or its adapter) that
+        ``conductor.load(path)`` and ``conductor serve path`` read; ``manifest`` adds entries (e.g. a Pareto point)."""
+        if str(path).endswith((".json", ".pkl")):
+            return super().save(path, save_program=save_program, modules_to_serialize=modules_to_serialize)
+        from conductor.deploy import save_program as save_folder  # deploy builds on this module
+
+        return save_folder(self, path, extra_manifest=manifest or None)
+
     def fallback_workflow(self) -> Workflow | None:
         """What runs when the conductor's workflow is unusable (``None``: nothing runs)."""
         if self.fallback == "none":

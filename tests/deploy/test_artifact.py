@@ -200,3 +200,15 @@ def test_a_trainable_conductor_lm_is_saved_in_its_own_folder(tmp_path):
     (folder / "conductor_lm" / "adapter_model.safetensors").unlink()
     with pytest.raises(ConductorError, match=r"adapter_model\.safetensors is missing"):
         load_program(folder)
+
+
+def test_conductor_save_writes_a_folder_and_conductor_load_reads_it(tmp_path):
+    import conductor
+
+    program = compiled_program()
+    program.save(tmp_path / "deployed", pareto_point={"max_cost": 0.01})
+    loaded = conductor.load(tmp_path / "deployed")
+    assert isinstance(loaded, conductor.Conductor)
+    assert json.loads((tmp_path / "deployed" / "manifest.json").read_text())["pareto_point"] == {"max_cost": 0.01}
+    program.save(tmp_path / "state.json")  # a .json path keeps DSPy's own meaning: the predictors' state
+    assert "orchestrate" in json.loads((tmp_path / "state.json").read_text())
