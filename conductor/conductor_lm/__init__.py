@@ -15,8 +15,20 @@ if _missing:
 
 from conductor.conductor_lm._checkpoint import CONFIG_NAME  # noqa: E402
 from conductor.conductor_lm._engine import ConductorEngine  # noqa: E402
+from conductor.conductor_lm._grammar import WorkflowConstraint, WorkflowFormat, workflow_grammar  # noqa: E402
 from conductor.conductor_lm._model import ConductorLM, LoraSpec  # noqa: E402
 from conductor.conductor_lm._sampling import Prompt, Sample  # noqa: E402
 from conductor.conductor_lm._tokenizer import byte_tokenizer  # noqa: E402
 
-__all__ = ["CONFIG_NAME", "ConductorEngine", "ConductorLM", "LoraSpec", "Prompt", "Sample", "byte_tokenizer"]
+__all__ = [
+    "CONFIG_NAME",
+    "ConductorEngine",
+    "ConductorLM",
+    "LoraSpec",
+    "Prompt",
+    "Sample",
+    "WorkflowConstraint",
+    "WorkflowFormat",
+    "byte_tokenizer",
+    "workflow_grammar",
+]

@@ -165,7 +165,9 @@ class ConductorLM:
             lora = LoraSpec(r=config.r, alpha=config.lora_alpha, dropout=config.lora_dropout, target_modules=ordered)
         elif lora is not None:
             lora = lora.resolve(model)
-            with quiet_peft():
+            # LoRA's A matrices start random: a fixed seed (not the global RNG) makes one spec start one way.
+            with quiet_peft(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
                 model = get_peft_model(model, lora.to_peft())  # autocast_adapter_dtype: LoRA weights stay float32
         self.model = model.to(self.device)
         self.model.eval()

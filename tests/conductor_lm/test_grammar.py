@@ -1,0 +1,263 @@
+"""The workflow grammar accepts exactly the canonical text of valid workflows, and constrained sampling only ever
+writes runnable workflows (the tiny policy here, the real SmolLM2 in the slow test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LogitsProcessorList
+
+from conductor.conductor_lm import ConductorLM, byte_tokenizer
+from conductor.conductor_lm._grammar import WorkflowConstraint, WorkflowFormat, workflow_grammar
+from conductor.errors import ConfigError, MissingDependency
+from conductor.modules._workflow import Limits, Step, Workflow
+
+needs_xgrammar = pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None, reason="needs xgrammar")
+
+ROLES = ("plan", "solve", "check")
+FORMATS = {
+    "binary": WorkflowFormat(3, 3, max_subtask_bytes=40),
+    "rich": WorkflowFormat(4, 5, roles=ROLES, access="indices", reasoning=True, max_subtask_bytes=40),
+}
+
+
+@pytest.fixture(scope="module")
+def constraints() -> dict[str, WorkflowConstraint]:
+    if importlib.util.find_spec("xgrammar") is None:
+        pytest.skip("needs xgrammar")
+    tokenizer = byte_tokenizer()
+    return {name: WorkflowConstraint(tokenizer, fmt) for name, fmt in FORMATS.items()}
+
+
+def written_bytes(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False)[1:-1].encode())
+
+
+def texts(max_bytes: int) -> st.SearchStrategy[str]:
+    """One-line strings that start with a non-blank character and fit ``max_bytes`` as written."""
+    chars = st.characters(blacklist_categories=("Cc", "Cs"))
+    return st.text(chars, min_size=1, max_size=max_bytes).filter(
+        lambda s: not s[0].isspace() and written_bytes(s) <= max_bytes
+    )
+
+
+@st.composite
+def workflows(draw: st.DrawFn, fmt: WorkflowFormat) -> Workflow:
+    steps = []
+    for i in range(draw(st.integers(1, fmt.max_steps))):
+        access = st.just("all") | st.just(())
+        if fmt.access == "indices":
+            access |= st.sets(st.integers(0, i - 1), max_size=i).map(lambda s: tuple(sorted(s))) if i else st.just(())
+        role = st.sampled_from(fmt.roles) if fmt.roles else st.none()
+        steps.append(
+            Step(draw(st.integers(0, fmt.n_workers - 1)), draw(texts(fmt.max_subtask_bytes)), draw(access), draw(role))
+        )
+    reasoning = draw(texts(fmt.max_reasoning_bytes)) if fmt.reasoning else ""
+    return Workflow(tuple(steps), reasoning)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_grammar_accepts_every_valid_workflow_in_canonical_form(
+    constraints: dict[str, WorkflowConstraint], name: str, data: st.DataObject
+) -> None:
+    fmt = FORMATS[name]
+    workflow = data.draw(workflows(fmt))
+    workflow.validate(fmt.n_workers, Limits(max_steps=fmt.max_steps), set(ROLES))
+    assert constraints[name].accepts(workflow.to_text())
+
+
+def test_a_workflow_with_quotes_backslashes_and_non_ascii_is_accepted(
+    constraints: dict[str, WorkflowConstraint],
+) -> None:
+    steps = (Step(0, 'Plan "this" \\ now: é, ∑, 😀', (), "plan"), Step(3, "Solve", (0,), "solve"))
+    assert constraints["rich"].accepts(Workflow(steps, "Two steps.").to_text())
+
+
+BINARY = 'model_id = [0, 2]\nsubtasks = ["Plan it", "Do it"]\naccess_list = [[], "all"]'
+RICH = (
+    'reasoning = "Plan, then do."\nmodel_id = [0, 2, 1]\nsubtasks = ["Plan it", "Do it", "Check it"]\n'
+    'access_list = [[], [0], [0, 1]]\nroles = ["plan", "solve", "check"]'
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("binary", BINARY.replace("[0, 2]", "[0]")),  # unequal lengths
+        ("binary", BINARY.replace('"Do it"]', '"Do it", "More"]')),
+        ("binary", BINARY.replace("[0, 2]", "[0, 3]")),  # worker out of range
+        ("binary", BINARY.replace("[0, 2]", "[0, -1]")),
+        ("binary", BINARY.replace('[[], "all"]', "[[], [0]]")),  # index lists need access="indices"
+        ("binary", BINARY.replace('"Plan it"', '""')),  # empty subtask
+        ("binary", BINARY.replace('"Plan it"', '" Plan it"')),  # blank start
+        ("binary", BINARY.replace('"Plan it"', '"Plan\\nit"')),  # a subtask is one line
+        ("binary", BINARY.replace('"Plan it"', json.dumps("x" * 41))),  # over max_subtask_bytes
+        ("binary", BINARY.replace('"Plan it"', json.dumps("é" * 21, ensure_ascii=False))),  # 42 bytes
+        ("binary", BINARY.replace("[0, 2]", "[0, 2, 1, 0]").replace('"Do it"', '"Do it", "a", "b"')),  # > max_steps
+        ("binary", BINARY.replace('"all"', "'all'")),
+        ("binary", BINARY + "\n"),  # nothing after the last list
+        ("binary", BINARY.replace("model_id = [0, 2]", "model_id: [0, 2]")),
+        ("binary", 'reasoning = "Hm."\n' + BINARY),  # reasoning only with reasoning=True
+        ("rich", RICH.replace("[0, 1]]", "[2]]")),  # refers to itself
+        ("rich", RICH.replace("[[], [0]", "[[], [1]")),  # refers to a later step
+        ("rich", RICH.replace("[[], [0]", "[[0], [0]")),  # step 0 sees nothing
+        ("rich", RICH.replace("[0, 1]]", "[1, 0]]")),  # indices increase
+        ("rich", RICH.replace("[0, 1]]", "[0, 0]]")),
+        ("rich", RICH.replace('"check"]', '"verify"]')),  # unknown role
+        ("rich", RICH.replace('"check"]', '"Check"]')),
+        ("rich", RICH.replace('"solve", "check"]', '"solve"]')),
+        ("rich", RICH.rsplit("\n", 1)[0]),  # roles are required when given
+        ("rich", RICH.split("\n", 1)[1]),  # reasoning is required with reasoning=True
+    ],
+)
+def test_the_grammar_rejects_invalid_workflows(
+    constraints: dict[str, WorkflowConstraint], name: str, text: str
+) -> None:
+    assert constraints[name].accepts(BINARY if name == "binary" else RICH)
+    assert not constraints[name].accepts(text)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_longest_workflow_is_accepted_and_bounds_the_tokens(
+    constraints: dict[str, WorkflowConstraint], name: str
+) -> None:
+    fmt = FORMATS[name]
+    text = fmt.longest().to_text()
+    assert constraints[name].accepts(text)
+    assert not constraints[name].accepts(text.replace('"]\naccess_list', 'x"]\naccess_list'))
+    assert fmt.max_tokens() == len(text.encode()) + 1
+
+
+def test_fit_chooses_the_subtask_bound_from_a_token_budget() -> None:
+    fmt = WorkflowFormat(3, 3).fit(120)
+    assert fmt.max_tokens() <= 120 < WorkflowFormat(3, 3, max_subtask_bytes=fmt.max_subtask_bytes + 1).max_tokens()
+    with pytest.raises(ConfigError, match="too small"):
+        WorkflowFormat(3, 3).fit(60)
+
+
+def test_bad_formats_name_every_problem() -> None:
+    with pytest.raises(ConfigError) as info:
+        WorkflowFormat(0, 0, roles=("Plan", "plan", "plan"), access="all")  # type: ignore[arg-type]
+    message = str(info.value)
+    for part in ("n_workers", "max_steps", "access", "distinct", "'Plan'"):
+        assert part in message
+    assert workflow_grammar(2, 2, roles=["plan"]) == WorkflowFormat(2, 2, roles=("plan",)).grammar()
+
+
+def test_the_processor_keeps_one_matcher_per_row_and_restarts_for_a_new_generation(
+    constraints: dict[str, WorkflowConstraint],
+) -> None:
+    tokenizer, constraint = byte_tokenizer(), constraints["binary"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    short = BINARY.replace("Plan it", "P")
+    targets = [tokenizer(text, add_special_tokens=False)["input_ids"] + [eos] for text in (BINARY, short)]
+    input_ids = torch.tensor([[pad, 10, 11], [12, 13, 14]])  # left-padded prompts
+    for step in range(len(targets[0])):
+        scores = torch.zeros(2, constraint.vocab_size)
+        constraint(input_ids, scores)
+        allowed = [set(torch.isfinite(row).nonzero()[:, 0].tolist()) for row in scores]
+        next_tokens = []
+        for row, target in enumerate(targets):
+            if step < len(target):
+                assert target[step] in allowed[row]
+                assert allowed[row] == {eos} if step == len(target) - 1 else eos not in allowed[row]
+                next_tokens.append(target[step])
+            else:  # the row has ended: generate pads it, and the constraint leaves it alone
+                assert len(allowed[row]) == constraint.vocab_size
+                next_tokens.append(pad)
+        input_ids = torch.cat([input_ids, torch.tensor(next_tokens)[:, None]], dim=1)
+    scores = torch.zeros(2, constraint.vocab_size)
+    constraint(input_ids[:, :4], scores)  # not a continuation: fresh matchers
+    assert torch.isfinite(scores).nonzero()[:, 1].tolist() == tokenizer("mm", add_special_tokens=False)["input_ids"]
+
+
+def test_a_missing_xgrammar_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "xgrammar", None)
+    with pytest.raises(MissingDependency, match="pip install xgrammar"):
+        WorkflowConstraint(byte_tokenizer(), WorkflowFormat(2, 2))
+
+
+@needs_xgrammar
+def test_constrained_sampling_writes_only_runnable_workflows(tiny: ConductorLM) -> None:
+    fmt = WorkflowFormat(3, 3, roles=ROLES, access="indices").fit(160)
+    constraint = WorkflowConstraint(tiny.tokenizer, fmt, stop_token_ids=sorted(tiny.eos_ids))
+    assert WorkflowConstraint(tiny.tokenizer, fmt).compiled is constraint.compiled  # compiled once
+    prompts = [[{"role": "user", "content": q}] for q in ("What is 2 + 2?", "Name a prime.", "Sort [3, 1, 2].")]
+    samples = []
+    for seed in (0, 1):  # one constraint object serves several generate calls and uneven chunks
+        rows = tiny.sample(
+            prompts, 4, max_new_tokens=fmt.max_tokens(), seed=seed, logits_processor=constraint, batch_size=5
+        )
+        samples += [s for row in rows for s in row]
+    assert len(samples) == 24
+    for sample in samples:
+        assert sample.finish_reason == "stop"
+        Workflow.parse(sample.text).validate(3, Limits(max_steps=3), set(ROLES))
+    assert len({s.text for s in samples}) == len(samples)
+
+
+CONDUCTOR_PROMPT = """You coordinate three workers, Model 0, Model 1 and Model 2. Split the question into steps: \
+give each step a worker, a short instruction, and the earlier steps it sees ("all" or []). Answer like this:
+model_id = [0, 1]
+subtasks = ["Plan the solution", "Solve it using the plan"]
+access_list = [[], "all"]"""
+QUESTIONS = (
+    "What is 17 + 25?",
+    "Write a Python function that reverses a string.",
+    "Who wrote Hamlet?",
+    "Solve x^2 = 16 for x.",
+)
+
+
+@pytest.mark.slow
+@needs_xgrammar
+def test_smollm2_samples_only_valid_workflows_under_the_constraint() -> None:
+    from conductor.modules._local import load_local_model
+
+    try:
+        model, tokenizer = load_local_model("smollm2-135m-instruct")
+    except MissingDependency as exc:
+        pytest.skip(str(exc))
+    fmt = WorkflowFormat(3, 3).fit(160)
+    constraint = WorkflowConstraint(tokenizer, fmt, vocab_size=model.config.vocab_size)
+    rows = [
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": CONDUCTOR_PROMPT}, {"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for q in QUESTIONS
+    ]
+    ids = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in rows]
+    width = max(len(r) for r in ids)
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in ids])
+    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids])
+    eos = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            num_return_sequences=4,
+            max_new_tokens=fmt.max_tokens(),
+            logits_processor=LogitsProcessorList([constraint]),
+            eos_token_id=eos,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    new = output[:, width:]
+    assert new.shape[0] == 16
+    for row in new.tolist():
+        assert eos in row, "a sample was cut before the grammar completed"
+        Workflow.parse(tokenizer.decode(row, skip_special_tokens=True)).validate(3, Limits(max_steps=3))
