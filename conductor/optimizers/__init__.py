@@ -4,9 +4,22 @@ from conductor.optimizers._budget import BudgetSpace, BudgetTuner, TunedPoint
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.optimizers._rewards import Reward, RewardConfig, score
 
+_NEED_TORCH = {"GRPOConfig", "GRPOTrainer"}  # from .grpo; imported on first use so this package needs no torch
+
+
+def __getattr__(name: str):
+    if name in _NEED_TORCH:
+        from conductor.optimizers import grpo
+
+        return getattr(grpo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BudgetSpace",
     "BudgetTuner",
+    "GRPOConfig",
+    "GRPOTrainer",
     "PromptSearch",
     "Reward",
     "RewardConfig",
