@@ -34,6 +34,7 @@ from conductor.modules import (
     enable_tracing,
     render_trace_html,
 )
+from conductor.optimizers import ConductorCompiler
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "BudgetExceeded",
     "Completion",
     "Conductor",
+    "ConductorCompiler",
     "ConductorError",
     "ConfigError",
     "Executor",

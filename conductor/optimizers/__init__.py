@@ -1,6 +1,7 @@
 """Optimizers for conductor programs: rewards, GRPO on the conductor's weights, prompt search, budget tuning."""
 
 from conductor.optimizers._budget import BudgetSpace, BudgetTuner, TunedPoint
+from conductor.optimizers._compiler import ConductorCompiler, PhaseRecord
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.optimizers._rewards import Reward, RewardConfig, score
 
@@ -18,8 +19,10 @@ def __getattr__(name: str):
 __all__ = [
     "BudgetSpace",
     "BudgetTuner",
+    "ConductorCompiler",
     "GRPOConfig",
     "GRPOTrainer",
+    "PhaseRecord",
     "PromptSearch",
     "Reward",
     "RewardConfig",

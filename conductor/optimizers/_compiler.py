@@ -1,0 +1,218 @@
+"""``ConductorCompiler``: the user's main verb. It alternates prompt/program search with GRPO on the conductor's
+weights, then lets Optuna set budgets, evaluating on the validation set after every phase and keeping the best.
+
+Read it as a recipe: ``compile`` = evaluate the student, then for each phase: run it from the best program so far,
+evaluate, keep the result only if it scores higher, checkpoint. Checkpoints are deployable folders
+(``Conductor.save``) plus ``compiler_state.json``; a run that stops is resumed by calling ``compile`` again with
+the same ``output_dir``: finished phases are not run again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import dspy
+from dspy.teleprompt import Teleprompter
+
+from conductor.errors import ConductorError
+from conductor.modules import Conductor
+from conductor.optimizers._prompt_search import WorkflowMetric
+
+logger = logging.getLogger(__name__)
+
+STATE = "compiler_state.json"
+BEST = "best"
+Phase = Callable[[Conductor, list[dspy.Example], list[dspy.Example]], Conductor]
+
+
+@dataclass
+class PhaseRecord:
+    """One row of the phase table."""
+
+    phase: str
+    score: float
+    cost_per_question: float
+    tokens_per_question: float
+    kept: bool
+    seconds: float
+    change: str
+
+
+class ConductorCompiler(Teleprompter):
+    """Compile a ``Conductor`` against ``metric``.
+
+    Args:
+        metric: ``metric(example, prediction, trace=None) -> float | bool``.
+        output_dir: checkpoints, the phase table (``phases.md``, ``phases.json``) and the best program (``best/``).
+        prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
+            ``PromptSearch``); ``None`` skips the prompt phases.
+        grpo: a ``GRPOConfig`` (or its fields as a dict); used when the conductor LM is a trainable ``ConductorLM``.
+        rounds: how many times prompt search and GRPO alternate.
+        budget_tuner: a ``BudgetTuner`` run last, picking a point by ``max_cost`` / ``min_accuracy``.
+        logits_processor: passed to GRPO (e.g. a ``WorkflowConstraint`` factory).
+        num_threads: evaluation threads.
+    """
+
+    def __init__(
+        self,
+        metric: Callable[..., Any],
+        *,
+        output_dir: str | Path,
+        prompt_search: Teleprompter | None = None,
+        grpo: Any = None,
+        rounds: int = 1,
+        budget_tuner: Any = None,
+        max_cost: float | None = None,
+        min_accuracy: float | None = None,
+        logits_processor: Any = None,
+        num_threads: int = 1,
+    ):
+        super().__init__()
+        if rounds < 1:
+            raise ConductorError(f"rounds must be at least 1, not {rounds}")
+        self.metric = metric
+        self.output_dir = Path(output_dir)
+        self.prompt_search = prompt_search
+        self.grpo = grpo
+        self.rounds = rounds
+        self.budget_tuner = budget_tuner
+        self.max_cost, self.min_accuracy = max_cost, min_accuracy
+        self.logits_processor = logits_processor
+        self.num_threads = num_threads
+
+    # ---- the recipe ----------------------------------------------------------------------------------------------
+    def compile(self, student: Conductor, *, trainset: list, valset: list | None = None, **_: Any) -> Conductor:
+        if not trainset:
+            raise ConductorError("compile needs a non-empty trainset")
+        valset = valset or trainset
+        phases = self._phases(student)
+        if not phases:
+            raise ConductorError(
+                "nothing to compile: give prompt_search, grpo (with a trainable conductor) or budget_tuner"
+            )
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        state = self._load_state()
+        if state is None:
+            WorkflowMetric(self.metric).check(student, trainset[0])  # a metric that can't score fails here, clearly
+            best = student
+            record = self._evaluate("start", best, valset, kept=True, seconds=0.0, change="the student as given")
+            state = {"done": [], "records": [asdict(record)], "best_score": record.score}
+            self._checkpoint(best, state)
+        else:
+            best = _load_program(self.output_dir / BEST)
+            logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
+        for name, run in phases:
+            if name in state["done"]:
+                continue
+            started = time.perf_counter()
+            candidate = run(best.deepcopy(), trainset, valset)
+            record = self._evaluate(
+                name, candidate, valset, kept=False, seconds=time.perf_counter() - started, change=_change(name)
+            )
+            if record.score > state["best_score"]:
+                best, record.kept, state["best_score"] = candidate, True, record.score
+            state["done"].append(name)
+            state["records"].append(asdict(record))
+            self._checkpoint(best, state)
+        self._write_table(state["records"])
+        return best
+
+    def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
+        policy = _policy_of(student)
+        if self.grpo is not None and policy is None:
+            logger.warning("the conductor LM is not a trainable ConductorLM: the GRPO phases are skipped")
+        phases: list[tuple[str, Phase]] = []
+        for r in range(1, self.rounds + 1):
+            if self.prompt_search is not None:
+                phases.append((f"prompt-{r}", self._prompt_phase))
+            if self.grpo is not None and policy is not None:
+                phases.append((f"grpo-{r}", lambda program, train, val, r=r: self._grpo_phase(program, train, r)))
+        if self.budget_tuner is not None:
+            phases.append(("budget", self._budget_phase))
+        return phases
+
+    # ---- phases --------------------------------------------------------------------------------------------------
+    def _prompt_phase(self, program: Conductor, trainset: list, valset: list) -> Conductor:
+        return self.prompt_search.compile(program, trainset=trainset, valset=valset)
+
+    def _grpo_phase(self, program: Conductor, trainset: list, round_: int) -> Conductor:
+        from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer
+
+        fields = self.grpo.model_dump() if hasattr(self.grpo, "model_dump") else dict(self.grpo)
+        config = GRPOConfig(**{**fields, "output_dir": self.output_dir / f"grpo-{round_}", "resume": True})
+        policy = _policy_of(program)
+        GRPOTrainer(config, policy, program, trainset, self.metric, logits_processor=self.logits_processor).run()
+        return program  # the policy behind the program's conductor LM was trained in place
+
+    def _budget_phase(self, program: Conductor, trainset: list, valset: list) -> Conductor:
+        return self.budget_tuner.compile(
+            program, trainset=trainset, valset=valset, max_cost=self.max_cost, min_accuracy=self.min_accuracy
+        )
+
+    # ---- evaluation, checkpoints, report -------------------------------------------------------------------------
+    def _evaluate(self, phase: str, program: Conductor, valset: list, **record: Any) -> PhaseRecord:
+        result = dspy.Evaluate(devset=valset, metric=self.metric, num_threads=self.num_threads, failure_score=0.0)(
+            program
+        )
+        predictions = [prediction for _, prediction, _ in result.results]
+        n = max(len(predictions), 1)
+        cost = sum(getattr(p, "cost", 0.0) or 0.0 for p in predictions) / n
+        tokens = sum(getattr(p, "tokens", 0) or 0 for p in predictions) / n
+        logger.info("%s: validation score %.1f, $%.6f and %.0f tokens per question", phase, result.score, cost, tokens)
+        return PhaseRecord(phase, float(result.score), cost, tokens, **record)
+
+    def _checkpoint(self, best: Conductor, state: dict[str, Any]) -> None:
+        best.save(self.output_dir / BEST, compiler={"phases_done": state["done"], "best_score": state["best_score"]})
+        tmp = self.output_dir / f".{STATE}.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.output_dir / STATE)  # the state names the best folder only once that folder is complete
+        self._write_table(state["records"])
+
+    def _load_state(self) -> dict[str, Any] | None:
+        path = self.output_dir / STATE
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConductorError(f"{path} is damaged ({exc}); remove it to start the compile over") from exc
+
+    def _write_table(self, records: list[dict[str, Any]]) -> None:
+        lines = [
+            "| phase | validation score | $ per question | tokens per question | kept | seconds | what changed |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in records:
+            lines.append(
+                f"| {r['phase']} | {r['score']:.1f} | {r['cost_per_question']:.6f} | {r['tokens_per_question']:.0f} "
+                f"| {'yes' if r['kept'] else 'no'} | {r['seconds']:.1f} | {r['change']} |"
+            )
+        (self.output_dir / "phases.md").write_text("\n".join(lines) + "\n")
+        (self.output_dir / "phases.json").write_text(json.dumps(records, indent=2))
+
+
+def _change(phase: str) -> str:
+    kind = phase.split("-")[0]
+    return {
+        "prompt": "conductor and role instructions, few-shot workflows",
+        "grpo": "the conductor's LoRA weights (GRPO)",
+        "budget": "max steps, tokens per step, temperature, workers (Optuna)",
+    }[kind]
+
+
+def _policy_of(program: Conductor) -> Any:
+    """The trainable policy behind the program's conductor LM, or ``None`` (an API model, a scripted LM)."""
+    engine = getattr(getattr(program.orchestrate, "lm", None), "engine", None)
+    return getattr(engine, "policy", None)
+
+
+def _load_program(path: Path) -> Conductor:
+    from conductor.deploy import load_program
+
+    return load_program(path)

@@ -1,0 +1,121 @@
+import json
+from typing import Any
+
+import dspy
+import pytest
+from dspy.teleprompt import Teleprompter
+
+from conductor import Conductor, ConductorError, WorkerPool
+from conductor.optimizers._compiler import ConductorCompiler
+from conductor.testing import ScriptedEngine
+
+POOL = {
+    "workers": [
+        {"name": "title", "kind": "tool", "tool": "string:capwords"},
+        {"name": "calc", "kind": "tool", "tool": "calculator"},
+    ]
+}
+HINT = "Use the calculator for arithmetic."
+GOOD = 'model_id = [1]\nsubtasks = ["17 * 23 + 4"]\naccess_list = [[]]'
+BAD = 'model_id = [0]\nsubtasks = ["say something"]\naccess_list = [[]]'
+
+
+class HintEngine(ScriptedEngine):
+    """Writes the right workflow only when the hint is in the conductor's prompt; saveable with its LM."""
+
+    def __init__(self):
+        super().__init__(lambda prompt: GOOD if HINT in prompt else BAD)
+
+    def dump_state(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> "HintEngine":
+        return cls()
+
+
+def student() -> Conductor:
+    lm = dspy.LM("scripted/hint", engine=HintEngine(), cache=False, num_retries=0)
+    return Conductor(WorkerPool.from_config(POOL), lm)
+
+
+def metric(example, prediction, trace=None):
+    return prediction.answer == example.answer
+
+
+EXAMPLES = [
+    dspy.Example(question=f"What is 17 * 23 + 4? ({i})", answer="395").with_inputs("question") for i in range(3)
+]
+
+
+class SetInstructions(Teleprompter):
+    """A stand-in prompt search: sets the conductor's instructions (and counts how often it ran)."""
+
+    def __init__(self, text: str, fail_on_call: int | None = None):
+        self.text, self.calls, self.fail_on_call = text, 0, fail_on_call
+
+    def compile(self, student, *, trainset, valset=None):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise KeyboardInterrupt("stopped mid-compile")
+        student.orchestrate.signature = student.orchestrate.signature.with_instructions(self.text)
+        return student
+
+
+def test_a_phase_that_helps_is_kept_and_the_phase_table_is_written(tmp_path):
+    compiled = ConductorCompiler(metric, output_dir=tmp_path, prompt_search=SetInstructions(HINT)).compile(
+        student(), trainset=EXAMPLES, valset=EXAMPLES
+    )
+    assert compiled.orchestrate.signature.instructions == HINT
+    assert compiled(question="What is 17 * 23 + 4?").answer == "395"
+    rows = json.loads((tmp_path / "phases.json").read_text())
+    assert [(r["phase"], r["score"], r["kept"]) for r in rows] == [("start", 0.0, True), ("prompt-1", 100.0, True)]
+    assert "| prompt-1 | 100.0 |" in (tmp_path / "phases.md").read_text()
+    assert (tmp_path / "best" / "manifest.json").exists()
+
+
+def test_a_phase_that_hurts_is_not_kept(tmp_path):
+    program = student()
+    program.orchestrate.signature = program.orchestrate.signature.with_instructions(HINT)
+    compiled = ConductorCompiler(metric, output_dir=tmp_path, prompt_search=SetInstructions("Be creative.")).compile(
+        program, trainset=EXAMPLES
+    )
+    assert compiled.orchestrate.signature.instructions == HINT
+    rows = json.loads((tmp_path / "phases.json").read_text())
+    assert rows[-1]["phase"] == "prompt-1" and rows[-1]["score"] == 0.0 and not rows[-1]["kept"]
+
+
+def test_a_stopped_compile_resumes_without_repeating_finished_phases(tmp_path):
+    search = SetInstructions(HINT, fail_on_call=2)
+    compiler = ConductorCompiler(metric, output_dir=tmp_path, prompt_search=search, rounds=2)
+    with pytest.raises(KeyboardInterrupt):
+        compiler.compile(student(), trainset=EXAMPLES)
+    assert json.loads((tmp_path / "compiler_state.json").read_text())["done"] == ["prompt-1"]
+    search.fail_on_call = None
+    compiled = compiler.compile(student(), trainset=EXAMPLES)
+    assert search.calls == 3  # prompt-1 once, prompt-2 failed once and then ran once: prompt-1 was not redone
+    assert compiled.orchestrate.signature.instructions == HINT  # restored from the checkpoint, not the new student
+    phases = [r["phase"] for r in json.loads((tmp_path / "phases.json").read_text())]
+    assert phases == ["start", "prompt-1", "prompt-2"]
+
+
+def test_bad_input_is_refused_clearly(tmp_path):
+    compiler = ConductorCompiler(metric, output_dir=tmp_path, prompt_search=SetInstructions(HINT))
+    with pytest.raises(ConductorError, match="non-empty trainset"):
+        compiler.compile(student(), trainset=[])
+
+    def broken(example, prediction, trace=None):
+        raise KeyError("label")
+
+    with pytest.raises(ConductorError, match="the metric raised"):
+        ConductorCompiler(broken, output_dir=tmp_path / "b", prompt_search=SetInstructions(HINT)).compile(
+            student(), trainset=EXAMPLES
+        )
+    with pytest.raises(ConductorError, match="nothing to compile"):
+        ConductorCompiler(metric, output_dir=tmp_path / "c").compile(student(), trainset=EXAMPLES)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "compiler_state.json").write_text("{half")
+    with pytest.raises(ConductorError, match="damaged"):
+        ConductorCompiler(metric, output_dir=tmp_path / "d", prompt_search=SetInstructions(HINT)).compile(
+            student(), trainset=EXAMPLES
+        )
