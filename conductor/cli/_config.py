@@ -1,0 +1,177 @@
+"""The config file of ``conductor train``, ``eval`` and ``compile``: what program, on what data, trained how.
+
+Components are named by import path (``module:function``, as torchtune names them), resolved against the working
+folder too, so a checkout's ``experiments.datasets:load_gsm8k`` works from its root. Every problem in a file is
+reported at once, in one ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dspy
+import pydantic
+import yaml
+
+from conductor.errors import ConfigError
+from conductor.modules import Conductor, WorkerPool
+from conductor.optimizers.grpo import GRPOConfig
+
+if TYPE_CHECKING:
+    from conductor.conductor_lm import ConductorLM
+
+TINY = "tiny"
+"""``program.conductor`` naming ``ConductorLM.tiny()``: a random-weight policy for tests."""
+
+
+class LoraSection(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    r: int = pydantic.Field(16, ge=1)
+    alpha: int = pydantic.Field(32, ge=1)
+
+
+class ProgramSection(pydantic.BaseModel):
+    """The program: a pool and a conductor. A trainable conductor is ``tiny``, an embedded local model name or a
+    transformers folder; anything else is a litellm model string (prompt search and budgets only, no GRPO)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    pool: str = pydantic.Field("default", description="'default' (the embedded local pool) or a pool file")
+    conductor: str = "smollm2-135m-instruct"
+    max_steps: int = pydantic.Field(5, ge=1)
+    max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
+    lora: LoraSection = LoraSection()
+    grammar: bool = pydantic.Field(False, description="constrain sampling to valid workflows (needs xgrammar)")
+
+    @property
+    def trainable(self) -> bool:
+        from conductor.modules._local import EMBEDDED_MODELS
+
+        return self.conductor in (TINY, *EMBEDDED_MODELS) or Path(self.conductor).expanduser().exists()
+
+
+class DataSection(pydantic.BaseModel):
+    """Where the examples come from, how they are scored and how they are split into train, validation and test."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    loader: str = pydantic.Field(pattern=r"^[\w.]+:[\w.]+$", description="'module:function' returning dspy.Examples")
+    args: dict[str, Any] = {}
+    metric: str = pydantic.Field(pattern=r"^[\w.]+:[\w.]+$", description="'module:function'(example, prediction)")
+    n: int | None = pydantic.Field(None, ge=1, description="use only the first n examples")
+    seed: int = 0
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
+
+    @pydantic.field_validator("fractions")
+    @classmethod
+    def _fractions(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if min(value) < 0 or sum(value) > 1 + 1e-9:
+            raise ValueError(f"must be three non-negative numbers summing to at most 1, not {value}")
+        return value
+
+
+class CompileSection(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    rounds: int = pydantic.Field(1, ge=1, description="how many times prompt search and GRPO alternate")
+    few_shot: int = pydantic.Field(4, ge=1, description="the most few-shot workflows (k)")
+    candidates: int = pydantic.Field(8, ge=0, description="random few-shot sets tried")
+    budget_trials: int = pydantic.Field(0, ge=0, description="Optuna budget trials; 0: no budget phase")
+    max_cost: float | None = pydantic.Field(None, gt=0, description="the budget point's most $ per question")
+    min_accuracy: float | None = pydantic.Field(None, ge=0, le=1, description="the budget point's least accuracy")
+
+
+class RunConfig(pydantic.BaseModel):
+    """One config file; ``grpo`` takes ``GRPOConfig``'s fields, its ``output_dir`` being this one's."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    program: ProgramSection = ProgramSection()
+    data: DataSection
+    grpo: GRPOConfig | None = None
+    compile: CompileSection | None = None
+    output_dir: Path
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _grpo_output_dir(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("grpo"), dict):
+            # A missing output_dir is reported once, at the top level, not again under grpo.
+            data = {**data, "grpo": {**data["grpo"], "output_dir": data.get("output_dir") or "."}}
+        return data
+
+    # ---- building what the config names ----------------------------------------------------------------------------
+    @cached_property
+    def metric(self) -> Callable[..., Any]:
+        return import_object(self.data.metric)
+
+    def pool(self) -> WorkerPool:
+        return WorkerPool.default() if self.program.pool == "default" else WorkerPool.from_file(self.program.pool)
+
+    def policy(self) -> ConductorLM:
+        """The trainable conductor policy, LoRA adapter included."""
+        from conductor.conductor_lm import ConductorLM, LoraSpec
+
+        spec = self.program
+        if not spec.trainable:
+            raise ConfigError(f"program.conductor {spec.conductor!r} is not a trainable model (a local model or tiny)")
+        lora = LoraSpec(r=spec.lora.r, alpha=spec.lora.alpha)
+        return (
+            ConductorLM.tiny(lora=lora)
+            if spec.conductor == TINY
+            else ConductorLM.from_pretrained(spec.conductor, lora=lora)
+        )
+
+    def conductor(self, policy: ConductorLM | None = None) -> Conductor:
+        """The program: the pool, with ``policy`` (else the config's litellm conductor) writing the workflows."""
+        spec = self.program
+        if policy is not None:
+            lm = policy.as_dspy_lm(max_tokens=spec.max_tokens)
+        else:
+            lm = dspy.LM(spec.conductor, max_tokens=spec.max_tokens, temperature=0.0, cache=False)
+        return Conductor(self.pool(), lm, max_steps=spec.max_steps)
+
+    def grammar(self, policy: ConductorLM, max_new_tokens: int) -> Callable[[Conductor], Any] | None:
+        """The workflow grammar per pool (a ``ProcessorFactory``) when ``program.grammar`` asks for it."""
+        if not self.program.grammar:
+            return None
+        from conductor.conductor_lm import WorkflowConstraint, WorkflowFormat
+
+        def factory(conductor: Conductor) -> WorkflowConstraint:
+            form = WorkflowFormat(len(conductor.pool), conductor.limits.max_steps).fit(max_new_tokens)
+            return WorkflowConstraint(policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids))
+
+        return factory
+
+    def splits(self) -> Any:
+        """The loader's examples (the first ``n``), split by ``seed`` and ``fractions`` (``experiments.datasets``)."""
+        data = self.data
+        examples = list(import_object(data.loader)(**data.args))[: data.n]
+        if not examples:
+            raise ConfigError(f"data.loader {data.loader} returned no examples")
+        return import_object("experiments.datasets:split")(examples, data.seed, data.fractions)
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML config file; every problem in one ``ConfigError``."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"can't read config {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping with `data` and `output_dir`")
+    try:
+        return RunConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        lines = [f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(f"invalid config {path}:\n" + "\n".join(lines)) from None
+
+
+def import_object(path: str) -> Any:
+    """The object at ``module:qualname``, importable from the working folder too (as with ``python -m``)."""
+    from conductor.deploy._artifact import _import
+
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.append(str(Path.cwd()))
+    return _import(path)

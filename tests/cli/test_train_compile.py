@@ -1,0 +1,134 @@
+"""``conductor train``, ``eval`` and ``compile`` end to end on the tiny random policy over a tool-only pool, and the
+config's errors reported all at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from conductor.cli import main  # noqa: E402
+from conductor.cli._config import load_run_config  # noqa: E402
+from conductor.errors import ConfigError  # noqa: E402
+
+POOL = {
+    "workers": [
+        {"name": "calc", "kind": "tool", "tool": "calculator"},
+        {"name": "title", "kind": "tool", "tool": "string:capwords"},
+    ]
+}
+
+
+def load_items(n: int = 6) -> list[dspy.Example]:
+    """The test's data loader, named in configs as ``tests.cli.test_train_compile:load_items``."""
+    return [dspy.Example(question=f"{i} + {i}", answer=str(2 * i)).with_inputs("question") for i in range(n)]
+
+
+def right(example: dspy.Example, prediction: dspy.Prediction, trace: Any = None) -> float:
+    return float(str(prediction.answer).strip() == example.answer)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_config(tmp_path: Path, program: dict[str, Any] | None = None, **sections: Any) -> Path:
+    """A tiny run: the random policy, 6 questions split 4/1/1, short workflows; ``program`` overrides."""
+    program = program or {}
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(yaml.safe_dump(POOL))
+    config = {
+        "program": {"pool": str(pool), "conductor": "tiny", "max_steps": 2, "max_tokens": 24} | program,
+        "data": {
+            "loader": "tests.cli.test_train_compile:load_items",
+            "metric": "tests.cli.test_train_compile:right",
+            "fractions": [4 / 6, 1 / 6, 1 / 6],
+        },
+        "output_dir": str(tmp_path / "run"),
+        **sections,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+GRPO = {"steps": 2, "batch_size": 1, "group_size": 2, "max_new_tokens": 16, "progress": False, "warmup_ratio": 0.0}
+
+
+def test_every_config_error_is_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "program": {"max_steps": 0, "lora": {"r": 0}},
+                "data": {"loader": "no colon", "metric": "m:f", "fractions": [0.9, 0.9, 0]},
+                "grpo": {"group_size": 1},
+                "compile": {"rounds": 0},
+                "surprise": 1,
+            }
+        )
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(path)
+    message = str(caught.value)
+    for where in (
+        "program.max_steps",
+        "program.lora.r",
+        "data.loader",
+        "data.fractions",
+        "grpo.group_size",
+        "compile.rounds",
+        "output_dir",
+        "surprise",
+    ):
+        assert where in message, (where, message)
+    assert "grpo.output_dir" not in message  # the missing output_dir is reported once
+
+
+def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    grammar = {"grammar": True, "max_steps": 1}  # the tiny policy writes valid workflows only when constrained
+    config = write_config(tmp_path, grammar, grpo={**GRPO, "max_new_tokens": 64})
+    assert main(["train", str(config)]) == 0
+    run = tmp_path / "run"
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 2 and steps[-1]["format_failure_rate"] == 0.0  # the grammar was on
+    assert (run / "program" / "manifest.json").exists()
+    assert main(["train", str(config), "--resume"]) == 0  # every step is done: nothing to run again
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+    capsys.readouterr()
+    assert main(["eval", str(run / "program"), "--config", str(config), "--split", "train", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
+    assert 0.0 <= result["format_error_rate"] <= 1.0 and result["tokens_per_question"] >= 0
+
+    assert main(["eval", str(run / "program"), "--config", str(config)]) == 0
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_compile_runs_few_shot_and_grpo_and_prints_the_phase_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = write_config(tmp_path, grpo={**GRPO, "steps": 1}, compile={"few_shot": 1, "candidates": 0})
+    assert main(["compile", str(config)]) == 0
+    table = (tmp_path / "run" / "phases.md").read_text()
+    assert [row.split("|")[1].strip() for row in table.splitlines()[2:]] == ["start", "prompt-1", "grpo-1"]
+    assert "| start |" in capsys.readouterr().out
+    assert (tmp_path / "run" / "best" / "manifest.json").exists()
+
+
+def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", str(write_config(tmp_path))]) == 2
+    assert "no `grpo` section" in capsys.readouterr().err
