@@ -184,12 +184,20 @@ def _check_available(source: str) -> None:
             EMBEDDED_MODELS[source].check_installed()
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def _import_transformers() -> tuple[Any, Any]:
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise MissingDependency(f"Local models need torch and transformers ({exc}): {LOCAL_EXTRA_HINT}") from exc
+    """torch and transformers, with the classes we use resolved under a lock: transformers imports them lazily,
+    and two threads resolving one at once can see a half-initialised module."""
+    with _IMPORT_LOCK:
+        try:
+            import torch
+            import transformers
+
+            transformers.AutoTokenizer, transformers.AutoModelForCausalLM  # noqa: B018 - resolve the lazy names
+        except ImportError as exc:
+            raise MissingDependency(f"Local models need torch and transformers ({exc}): {LOCAL_EXTRA_HINT}") from exc
     return torch, transformers
 
 

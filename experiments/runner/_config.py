@@ -1,0 +1,441 @@
+"""The experiment config (pool, datasets, methods, seeds, threads, output), validated all at once with pydantic, and
+the registries that build datasets and methods by name.
+
+Example (paths are relative to the config file)::
+
+    title: Controlled comparison
+    pool: default                     # the embedded local pool; or a pool file; or {simulated: {models: [...]}}
+    datasets:
+      - {name: gsm8k, n: 20}          # n items of the seeded test split (split seed `seed`, default 0)
+      - {name: bigbench, args: {task: arithmetic}, n: 20}
+    methods:
+      - {name: single-smollm2, type: single, args: {worker: 0}}
+      - {name: conductor, type: conductor, args: {lm: local/smollm2-135m-instruct}}
+    seeds: [0]
+    threads: 2
+    output: ../results/local_headline
+
+A run seed feeds every stochastic part that takes one: the simulated pool and ``random`` workflows. The examples
+are the same for every seed and method (they depend on the dataset's own split ``seed`` only).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import dspy
+import pydantic
+import yaml
+
+from conductor.errors import ConfigError
+from conductor.modules import Budget, Conductor, WorkerPool
+from conductor.modules._program import PoolProgram
+from conductor.modules.baselines import (
+    MixtureOfAgents,
+    OneStepRouter,
+    RandomWorkflow,
+    SelfConsistency,
+    SingleWorker,
+    plan_solve_verify,
+    solve_verify_refine,
+)
+from experiments.datasets import (
+    load_bigbench,
+    load_gsm8k,
+    load_gsm_symbolic,
+    load_humaneval,
+    load_mmlu,
+    metric,
+    split,
+)
+from experiments.datasets._dispatch import Metric
+from experiments.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
+
+Part = Literal["train", "val", "test", "all"]
+WorkerIndex = pydantic.NonNegativeInt
+
+
+class _Spec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+# ---- datasets ------------------------------------------------------------------------------------------------------
+class _NoArgs(_Spec):
+    pass
+
+
+class _MMLUArgs(_Spec):
+    subjects: list[str] | None = None
+
+
+class _BigbenchArgs(_Spec):
+    task: str
+    subtask: str | None = None
+
+
+class _SimulatedArgs(_Spec):
+    family: str
+
+
+@dataclass(frozen=True)
+class DatasetType:
+    """How to get ``n`` examples of a dataset for a seed, and how to score them.
+
+    A fixed benchmark (``load(**args)``) is shuffled into seeded train / val / test parts and the first ``n`` of
+    ``part`` are taken (``all``: the whole benchmark shuffled), so a larger ``n`` extends a smaller one. A
+    ``generated`` one (``load(n, seed, **args)``) makes fresh items for each seed; ``part`` does not apply to it.
+    """
+
+    args: type[_Spec]
+    load: Callable[..., list[dspy.Example]]
+    metric: Metric
+    generated: bool = False
+
+    def sample(self, args: _Spec, n: int, seed: int, part: Part) -> list[dspy.Example]:
+        options = args.model_dump(exclude_none=True)
+        if self.generated:
+            return self.load(n, seed, **options)
+        examples = self.load(**options)
+        chosen = split(examples, seed, (1.0, 0.0, 0.0)).train if part == "all" else getattr(split(examples, seed), part)
+        if len(chosen) < n:
+            raise ConfigError(f"only {len(chosen)} examples in the {part!r} part, fewer than n={n}")
+        return chosen[:n]
+
+
+DATASETS: dict[str, DatasetType] = {
+    "mmlu": DatasetType(_MMLUArgs, load_mmlu, metric),
+    "gsm8k": DatasetType(_NoArgs, load_gsm8k, metric),
+    "bigbench": DatasetType(_BigbenchArgs, load_bigbench, metric),
+    "humaneval": DatasetType(_NoArgs, load_humaneval, metric),
+    "gsm_symbolic": DatasetType(_NoArgs, load_gsm_symbolic, metric, generated=True),
+    "simulated": DatasetType(
+        _SimulatedArgs, lambda n, seed, family: simulated_dataset([family], n, seed), simulated_metric, generated=True
+    ),
+}
+"""Dataset loaders by config name. SIMULATED tasks are labelled as such (family ``sim/...``)."""
+
+
+# ---- methods -------------------------------------------------------------------------------------------------------
+class _SingleArgs(_Spec):
+    worker: WorkerIndex = 0
+
+
+class _SelfConsistencyArgs(_Spec):
+    worker: WorkerIndex = 0
+    k: int = pydantic.Field(5, ge=1)
+
+
+class _MixtureArgs(_Spec):
+    proposers: list[WorkerIndex] | None = None
+    aggregator: WorkerIndex = 0
+
+
+class _PlanSolveVerifyArgs(_Spec):
+    planner: WorkerIndex
+    solver: WorkerIndex
+    verifier: WorkerIndex
+
+
+class _SolveVerifyRefineArgs(_Spec):
+    solver: WorkerIndex
+    verifier: WorkerIndex
+    refiner: WorkerIndex
+
+
+class _RandomArgs(_Spec):
+    max_steps: int = pydantic.Field(5, ge=1)
+
+
+class _RouterArgs(_Spec):
+    lm: str = pydantic.Field(min_length=1, description="a model string (local/<name>, litellm) or a checkpoint folder")
+    max_tokens: int = pydantic.Field(384, gt=0)
+    temperature: float = pydantic.Field(0.0, ge=0)
+    fallback: Literal["first_worker", "none"] = "first_worker"
+
+    @pydantic.field_validator("lm")
+    @classmethod
+    def _checkpoint(cls, lm: str, info: pydantic.ValidationInfo) -> str:
+        """A checkpoint folder relative to the config file becomes absolute; a model string stays as it is."""
+        path = _resolve(Path(lm), info)
+        return str(path) if path.is_dir() else lm
+
+
+class _ConductorArgs(_RouterArgs):
+    max_steps: int = pydantic.Field(5, ge=1)
+
+
+@functools.cache
+def conductor_lm(model: str, max_tokens: int, temperature: float) -> dspy.LM:
+    """The conductor LM of a method, made once per process: a folder saved by ``ConductorLM.save`` (a trained
+    conductor), else a model string for ``conductor.cli._common.conductor_lm``."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        from conductor.conductor_lm import ConductorLM  # torch and peft, only for a checkpoint
+
+        return ConductorLM.load(path).as_dspy_lm(temperature=temperature, max_tokens=max_tokens)
+    from conductor.cli._common import conductor_lm as from_model_string
+
+    return from_model_string(model, max_tokens=max_tokens, temperature=temperature)
+
+
+Builder = Callable[..., PoolProgram]
+"""``(pool, args, seed, **options) -> program``; ``options`` are ``PoolProgram``'s (``budget``)."""
+
+
+@dataclass(frozen=True)
+class MethodType:
+    """The arguments a method type takes, and how to build its program over a pool."""
+
+    args: type[_Spec]
+    build: Builder
+
+
+def _lm(args: _RouterArgs) -> dspy.LM:
+    return conductor_lm(args.lm, args.max_tokens, args.temperature)
+
+
+METHODS: dict[str, MethodType] = {
+    "conductor": MethodType(
+        _ConductorArgs,
+        lambda pool, a, seed, **o: Conductor(pool, _lm(a), max_steps=a.max_steps, fallback=a.fallback, **o),
+    ),
+    "router": MethodType(_RouterArgs, lambda pool, a, seed, **o: OneStepRouter(pool, _lm(a), fallback=a.fallback, **o)),
+    "single": MethodType(_SingleArgs, lambda pool, a, seed, **o: SingleWorker(pool, a.worker, **o)),
+    "self_consistency": MethodType(
+        _SelfConsistencyArgs, lambda pool, a, seed, **o: SelfConsistency(pool, a.worker, a.k, **o)
+    ),
+    "moa": MethodType(_MixtureArgs, lambda pool, a, seed, **o: MixtureOfAgents(pool, a.proposers, a.aggregator, **o)),
+    "plan_solve_verify": MethodType(
+        _PlanSolveVerifyArgs, lambda pool, a, seed, **o: plan_solve_verify(pool, a.planner, a.solver, a.verifier, **o)
+    ),
+    "solve_verify_refine": MethodType(
+        _SolveVerifyRefineArgs,
+        lambda pool, a, seed, **o: solve_verify_refine(pool, a.solver, a.verifier, a.refiner, **o),
+    ),
+    "random": MethodType(_RandomArgs, lambda pool, a, seed, **o: RandomWorkflow(pool, a.max_steps, seed, **o)),
+}
+"""Method types by config name; ``seed`` is the run seed."""
+
+
+def _parse_args(model: type[_Spec], args: dict[str, Any], info: pydantic.ValidationInfo) -> _Spec:
+    """``args`` validated by ``model``; every problem in one ``ValueError`` (pydantic then places it in the config)."""
+    try:
+        return model.model_validate(args, context=info.context)
+    except pydantic.ValidationError as exc:
+        raise ValueError("; ".join(f"args.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+# ---- the config ----------------------------------------------------------------------------------------------------
+class SimulatedPoolArgs(_Spec):
+    """``simulated_pool``'s arguments: the paper's models by name (default: all 7) and the workers' settings."""
+
+    models: list[str] | None = None
+    copy_prob: float = pydantic.Field(0.5, ge=0, le=1)
+    correlation: float = pydantic.Field(0.9, ge=0, le=1)
+    max_tokens: int = pydantic.Field(4096, gt=0)
+    temperature: float = pydantic.Field(0.2, ge=0)
+
+    @pydantic.field_validator("models")
+    @classmethod
+    def _known(cls, models: list[str] | None) -> list[str] | None:
+        unknown = [m for m in models or [] if m not in PAPER_MODELS]
+        if unknown:
+            raise ValueError(f"unknown simulated models {unknown}; known: {list(PAPER_MODELS)}")
+        return models
+
+
+class SimulatedPool(_Spec):
+    simulated: SimulatedPoolArgs = SimulatedPoolArgs()
+
+
+class BudgetSpec(_Spec):
+    """``Budget`` per run of a method; ``None`` is unlimited."""
+
+    max_steps: int | None = pydantic.Field(None, ge=1)
+    max_tokens: int | None = pydantic.Field(None, ge=1)
+    max_cost: float | None = pydantic.Field(None, gt=0)
+    max_tokens_per_step: int | None = pydantic.Field(None, ge=1)
+
+
+class DatasetSpec(_Spec):
+    """``n`` examples of dataset ``name`` (a ``DATASETS`` key) loaded with ``args``; ``seed`` and ``part`` choose
+    them. ``label`` names it in results (default: the name and the args' values, e.g. ``bigbench/arithmetic``)."""
+
+    name: Literal[tuple(DATASETS)]  # type: ignore[valid-type]
+    args: dict[str, Any] = {}
+    n: int = pydantic.Field(gt=0)
+    seed: int = 0
+    part: Part = "test"
+    label: str = ""
+    _parsed: _Spec = pydantic.PrivateAttr()
+
+    @pydantic.model_validator(mode="after")
+    def _check(self, info: pydantic.ValidationInfo) -> DatasetSpec:
+        self._parsed = _parse_args(DATASETS[self.name].args, self.args, info)
+        values = ("+".join(map(str, v)) if isinstance(v, list) else str(v) for v in self.args.values())
+        self.label = self.label or "/".join([self.name, *values])
+        return self
+
+    def load(self) -> list[dspy.Example]:
+        return DATASETS[self.name].sample(self._parsed, self.n, self.seed, self.part)
+
+    @property
+    def metric(self) -> Metric:
+        return DATASETS[self.name].metric
+
+    def describe(self) -> str:
+        """How the examples were chosen, for reports."""
+        if DATASETS[self.name].generated:
+            return f"{self.label} (n={self.n}, generated with seed {self.seed})"
+        return f"{self.label} (n={self.n} of the {self.part} part, split seed {self.seed})"
+
+
+class MethodSpec(_Spec):
+    """A method to compare: ``type`` (a ``METHODS`` key) with its ``args``, named ``name`` in results."""
+
+    name: str = pydantic.Field(min_length=1)
+    type: Literal[tuple(METHODS)]  # type: ignore[valid-type]
+    args: dict[str, Any] = {}
+    budget: BudgetSpec = BudgetSpec()
+    _parsed: _Spec = pydantic.PrivateAttr()
+
+    @pydantic.model_validator(mode="after")
+    def _check(self, info: pydantic.ValidationInfo) -> MethodSpec:
+        self._parsed = _parse_args(METHODS[self.type].args, self.args, info)
+        return self
+
+    def build(self, pool: WorkerPool, seed: int) -> PoolProgram:
+        """This method's program over ``pool`` for run seed ``seed``; ``ConfigError`` if the pool can't run it."""
+        return METHODS[self.type].build(pool, self._parsed, seed, budget=Budget(**self.budget.model_dump()))
+
+
+def _unique(values: Sequence[str], what: str) -> None:
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{what} must be unique; repeated: {repeated}")
+
+
+class BenchConfig(_Spec):
+    """What to run: every method on every dataset for every seed, ``threads`` units at once, results in ``output``."""
+
+    title: str = "Benchmark"
+    pool: str | SimulatedPool = "default"
+    datasets: list[DatasetSpec] = pydantic.Field(min_length=1)
+    methods: list[MethodSpec] = pydantic.Field(min_length=1)
+    seeds: list[int] = pydantic.Field([0], min_length=1)
+    threads: int = pydantic.Field(1, ge=1)
+    output: Path
+    _source: Path | None = pydantic.PrivateAttr(None)
+
+    @pydantic.field_validator("pool")
+    @classmethod
+    def _pool_file(cls, pool: str | SimulatedPool, info: pydantic.ValidationInfo) -> str | SimulatedPool:
+        if isinstance(pool, SimulatedPool) or pool == "default":
+            return pool
+        path = _resolve(Path(pool), info)
+        if not path.is_file():
+            raise ValueError(f"the pool file {path} does not exist (use a path, 'default' or {{simulated: {{}}}})")
+        return str(path)
+
+    @pydantic.field_validator("output")
+    @classmethod
+    def _output_dir(cls, output: Path, info: pydantic.ValidationInfo) -> Path:
+        return _resolve(output, info)
+
+    @pydantic.model_validator(mode="after")
+    def _names(self) -> BenchConfig:
+        _unique([m.name for m in self.methods], "method names")
+        _unique([d.label for d in self.datasets], "dataset labels")
+        _unique([str(s) for s in self.seeds], "seeds")
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        """The config file this was read from, if any (reports show the command that reproduces them)."""
+        return self._source
+
+    @property
+    def simulated(self) -> bool:
+        """Whether any number of this run is SIMULATED (a simulated pool or simulated tasks)."""
+        return isinstance(self.pool, SimulatedPool) or any(d.name == "simulated" for d in self.datasets)
+
+    def build_pool(self, seed: int) -> WorkerPool:
+        """The pool for run seed ``seed`` (only a simulated pool depends on it)."""
+        if isinstance(self.pool, SimulatedPool):
+            return simulated_pool(**self.pool.simulated.model_dump(), seed=seed)
+        return WorkerPool.default() if self.pool == "default" else WorkerPool.from_file(self.pool)
+
+    def fingerprint(self, method: MethodSpec, dataset: DatasetSpec) -> str:
+        """A hash of everything that decides a unit's result besides its seed and example: the pool, the method and
+        how the dataset is loaded. A resumed run recomputes units recorded under another fingerprint."""
+        pool = self.pool.model_dump() if isinstance(self.pool, SimulatedPool) else self.pool
+        parts = {
+            "pool": Path(pool).read_text() if pool != "default" and isinstance(pool, str) else pool,
+            "method": method.model_dump(exclude={"name"}),
+            "dataset": dataset.model_dump(exclude={"n", "label"}),
+        }
+        checkpoints = [_stamp(Path(v)) for v in method._parsed.model_dump().values() if _is_folder(v)]
+        if checkpoints:
+            parts["checkpoints"] = checkpoints
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _is_folder(value: Any) -> bool:
+    return isinstance(value, str) and Path(value).is_dir()
+
+
+def _stamp(folder: Path) -> list[tuple[str, int, int]]:
+    """The files of a checkpoint folder with their sizes and times: a conductor retrained in place is a new method."""
+    files = [(p, p.stat()) for p in folder.rglob("*") if p.is_file()]
+    return sorted((str(p.relative_to(folder)), stat.st_size, stat.st_mtime_ns) for p, stat in files)
+
+
+def _resolve(path: Path, info: pydantic.ValidationInfo) -> Path:
+    """``path`` made absolute against the config file's folder (the context's ``base_dir``), else the working one."""
+    base = Path((info.context or {}).get("base_dir", "."))
+    return (base / path.expanduser()).resolve()
+
+
+def validate_config(data: Any, base_dir: str | Path = ".", source: str | Path | None = None) -> BenchConfig:
+    """A ``BenchConfig`` from a parsed config; every problem in it is reported at once in one ``ConfigError``."""
+    if not isinstance(data, dict):
+        raise ConfigError("an experiment config must be a mapping with `datasets`, `methods` and `output`")
+    try:
+        config = BenchConfig.model_validate(data, context={"base_dir": Path(base_dir)})
+    except pydantic.ValidationError as exc:
+        lines = [
+            f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
+        raise ConfigError(f"invalid experiment config ({count}):\n" + "\n".join(lines)) from None
+    config._source = Path(source) if source is not None else None
+    return config
+
+
+def load_config(
+    path: str | Path, *, n: int | None = None, threads: int | None = None, output: str | Path | None = None
+) -> BenchConfig:
+    """Read and validate a YAML config; ``n`` (every dataset), ``threads`` and ``output`` override its values (a
+    relative ``output`` here is relative to the working folder, as on a command line)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"can't read experiment config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if isinstance(data, dict):
+        if n is not None:
+            data["datasets"] = [{**d, "n": n} if isinstance(d, dict) else d for d in data.get("datasets") or []]
+        if threads is not None:
+            data["threads"] = threads
+        if output is not None:
+            data["output"] = str(Path(output).absolute())
+    return validate_config(data, base_dir=path.parent, source=path)

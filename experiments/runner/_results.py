@@ -1,0 +1,84 @@
+"""Aggregates of unit records: accuracy with a Wilson 95% interval, and cost, tokens, calls, latency and errors per
+question, per method and dataset and over all datasets."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Z_95 = 1.959963984540054  # the standard normal quantile of 0.975
+ALL = "all"
+"""The dataset label of the aggregates over every dataset (all questions pooled)."""
+
+
+def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion, ``(low, high)``: unlike the normal approximation it stays inside
+    [0, 1] and is sensible at 0 or n successes and for small n. ``(0, 1)`` when ``n`` is 0."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One method on one dataset (or ``ALL``), over every seed: per-question means of the unit records."""
+
+    method: str
+    dataset: str
+    n: int
+    correct: float
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    cost: float
+    tokens: float
+    calls: float
+    latency_s: float
+    error_rate: float
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def aggregate(method: str, dataset: str, records: Sequence[dict[str, Any]]) -> Aggregate:
+    """The aggregate of ``records`` (the units of one method on one dataset, or on all)."""
+    n = len(records)
+    correct = math.fsum(r["correct"] for r in records)
+    low, high = wilson_interval(correct, n)
+
+    def mean(name: str) -> float:
+        return math.fsum(r[name] for r in records) / n if n else 0.0
+
+    errors = Counter(r["error_kind"] for r in records if r["error_kind"] is not None)
+    return Aggregate(
+        method=method,
+        dataset=dataset,
+        n=n,
+        correct=correct,
+        accuracy=correct / n if n else 0.0,
+        ci_low=low,
+        ci_high=high,
+        cost=mean("cost"),
+        tokens=mean("tokens"),
+        calls=mean("calls"),
+        latency_s=mean("latency_s"),
+        error_rate=sum(errors.values()) / n if n else 0.0,
+        errors=dict(sorted(errors.items())),
+    )
+
+
+def summarise(
+    records: Iterable[dict[str, Any]], methods: Sequence[str], datasets: Sequence[str]
+) -> tuple[list[Aggregate], list[Aggregate]]:
+    """``(overall, per_dataset)``: one aggregate per method over every dataset (every question of every dataset and
+    seed pooled), and one per method and dataset; in the order of ``methods`` and ``datasets``."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["method"], record["dataset"]), []).append(record)
+    per_dataset = [aggregate(m, d, groups.get((m, d), [])) for m in methods for d in datasets]
+    overall = [aggregate(m, ALL, [r for d in datasets for r in groups.get((m, d), [])]) for m in methods]
+    return overall, per_dataset

@@ -1,0 +1,358 @@
+"""The experiment runner on tool pools that answer SIMULATED tasks (no model is called): config validation, resuming
+after a kill, failures recorded per unit, the Wilson interval and the report's shape."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conductor.cli import main as conductor_main
+from conductor.errors import ConfigError
+from conductor.testing import scripted_lm
+from experiments.__main__ import main as experiments_main
+from experiments.runner import (
+    ALL,
+    METHODS,
+    RESULTS_FILE,
+    ResultsFile,
+    load_config,
+    run_benchmark,
+    summarise,
+    validate_config,
+    wilson_interval,
+    write_report,
+)
+from experiments.runner import _config as runner_config
+from experiments.runner._config import MethodType
+from experiments.simulated import simulated_dataset, simulated_task
+
+ROOT = Path(__file__).resolve().parents[2]
+FAILING_TASK = "math500:0:3"  # the flaky tool fails on this task only
+CALLS: Counter[str] = Counter()  # tool calls by tool name
+_lock = threading.Lock()
+
+
+def _task_id(text: str) -> str:
+    return text.split("[sim-task ", 1)[1].split("]", 1)[0]
+
+
+def oracle(text: str) -> str:
+    """A tool that answers every SIMULATED task right."""
+    with _lock:
+        CALLS["oracle"] += 1
+    return f"Answer: {simulated_task(_task_id(text)).answer}"
+
+
+def flaky(text: str) -> str:
+    """A tool that answers right, except that it fails on ``FAILING_TASK``."""
+    with _lock:
+        CALLS["flaky"] += 1
+    if _task_id(text) == FAILING_TASK:
+        raise RuntimeError("the flaky tool is down")
+    return f"Answer: {simulated_task(_task_id(text)).answer}"
+
+
+def slow_oracle(text: str) -> str:
+    time.sleep(0.05)
+    return oracle(text)
+
+
+def _calls() -> Counter[str]:
+    """The counter of this module as the pool imported it (pytest may have imported this file under another name)."""
+    return importlib.import_module("tests.experiments.test_runner").CALLS
+
+
+def _config(tmp_path: Path, *, tool: str = "oracle", n: int = 4, **overrides) -> dict:
+    pool = {
+        "workers": [
+            {"name": "oracle", "kind": "tool", "tool": f"tests.experiments.test_runner:{tool}", "retries": 0},
+            {"name": "flaky", "kind": "tool", "tool": "tests.experiments.test_runner:flaky", "retries": 0},
+        ]
+    }
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    return {
+        "title": "test",
+        "pool": "pool.yaml",
+        "datasets": [
+            {"name": "simulated", "args": {"family": "math500"}, "n": n},
+            {"name": "simulated", "args": {"family": "mmlu"}, "n": n},
+        ],
+        "methods": [
+            {"name": "oracle", "type": "single", "args": {"worker": 0}},
+            {"name": "flaky", "type": "single", "args": {"worker": 1}},
+        ],
+        "seeds": [0, 1],
+        "threads": 2,
+        "output": "out",
+        **overrides,
+    }
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _comparable(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "latency_s"} for r in records]
+
+
+@pytest.fixture(autouse=True)
+def reset_calls():
+    _calls().clear()
+
+
+# ---- config --------------------------------------------------------------------------------------------------------
+def test_every_config_problem_is_reported_at_once(tmp_path):
+    data = _config(tmp_path)
+    data["pool"] = "missing.yaml"
+    data["threads"] = 0
+    data["datasets"][0]["name"] = "nope"
+    data["datasets"][1]["args"] = {"family": "mmlu", "extra": 1}
+    data["methods"] = [
+        {"name": "a", "type": "self_consistency", "args": {"k": 0, "wrker": 1}},
+        {"name": "a", "type": "plan_solve_verify", "args": {"planner": 0}},
+        {"name": "b", "type": "telepathy"},
+        {"name": "c", "type": "conductor", "args": {}},
+    ]
+    with pytest.raises(ConfigError) as caught:
+        validate_config(data, base_dir=tmp_path)
+    message = str(caught.value)
+    for expected in (
+        "pool: the pool file",
+        "threads: Input should be greater than or equal to 1",
+        "datasets.0.name: Input should be 'mmlu'",
+        "args.extra: Extra inputs are not permitted",
+        "args.k: Input should be greater than or equal to 1",
+        "args.wrker: Extra inputs are not permitted",
+        "args.solver: Field required",
+        "args.verifier: Field required",
+        "methods.2.type: Input should be 'conductor'",
+        "args.lm: Field required",
+    ):
+        assert expected in message
+    assert "(8 problems)" in message  # one line per field; a method's or dataset's args share one line
+
+
+def test_duplicate_names_and_seeds_are_refused(tmp_path):
+    data = _config(tmp_path, seeds=[1, 1])
+    data["methods"][1]["name"] = "oracle"
+    data["datasets"][1] = data["datasets"][0]
+    with pytest.raises(ConfigError, match="method names must be unique; repeated: \\['oracle'\\]"):
+        validate_config(data, base_dir=tmp_path)
+
+
+def test_paths_are_relative_to_the_config_file_and_overrides_apply(tmp_path):
+    config = load_config(_write(tmp_path, _config(tmp_path)), n=3, threads=1)
+    assert Path(config.pool) == tmp_path / "pool.yaml" and config.output == tmp_path / "out"
+    assert [d.n for d in config.datasets] == [3, 3] and config.threads == 1
+    assert [d.label for d in config.datasets] == ["simulated/math500", "simulated/mmlu"] and config.simulated
+
+
+def test_a_method_the_pool_cant_run_is_named_before_anything_runs(tmp_path):
+    data = _config(tmp_path)
+    data["methods"] += [
+        {"name": "moa", "type": "moa", "args": {"aggregator": 7}},
+        {"name": "sc", "type": "self_consistency", "args": {"worker": 9}},
+    ]
+    with pytest.raises(ConfigError) as caught:
+        run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert "method 'moa': MixtureOfAgents: step 2: unknown worker 7" in str(caught.value)
+    assert "method 'sc': SelfConsistency: step 0: unknown worker 9" in str(caught.value)
+    assert _calls().total() == 0
+
+
+def test_conductor_methods_get_their_lm_by_name(tmp_path, monkeypatch):
+    made = []
+
+    def scripted(model, max_tokens, temperature):
+        made.append((model, max_tokens, temperature))
+        return scripted_lm(lambda prompt: 'model_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]')
+
+    monkeypatch.setattr(runner_config, "conductor_lm", scripted)
+    data = _config(tmp_path, n=2)
+    data["methods"] = [
+        {"name": "conductor", "type": "conductor", "args": {"lm": "local/smollm2-135m-instruct", "max_tokens": 99}},
+        {"name": "router", "type": "router", "args": {"lm": "openai/gpt-4o", "temperature": 0.5}},
+    ]
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert ("local/smollm2-135m-instruct", 99, 0.0) in made and ("openai/gpt-4o", 384, 0.5) in made
+    assert all(r["correct"] == 1.0 and r["calls"] == 1 and r["error_kind"] is None for r in records)
+
+
+# ---- running and resuming ------------------------------------------------------------------------------------------
+def test_a_worker_failure_is_that_units_failure(tmp_path):
+    records = run_benchmark(validate_config(_config(tmp_path), base_dir=tmp_path), progress=False)
+    assert len(records) == 2 * 2 * 2 * 4  # methods x datasets x seeds x examples
+    failed = [r for r in records if r["error_kind"] is not None]
+    assert len(failed) == 2  # the flaky tool on FAILING_TASK, once per seed
+    assert all(r["method"] == "flaky" and r["correct"] == 0.0 and r["error_kind"] == "execution" for r in failed)
+    assert all("the flaky tool is down" in r["error"] for r in failed)
+    assert all(r["correct"] == 1.0 and r["calls"] == 1 for r in records if r["error_kind"] is None)
+
+
+def test_an_exception_in_a_unit_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    single = METHODS["single"]
+    question = simulated_dataset(["mmlu"], 4)[1].question
+
+    def build(pool, args, seed, **options):
+        """``single``, except that worker 1's program has a bug that shows on one question."""
+        program = single.build(pool, args, seed, **options)
+        if args.worker == 1:
+            forward = program.forward
+            program.forward = lambda **inputs: {}["a bug"] if inputs["question"] == question else forward(**inputs)
+        return program
+
+    monkeypatch.setitem(METHODS, "single", MethodType(single.args, build))
+    records = run_benchmark(validate_config(_config(tmp_path), base_dir=tmp_path), progress=False)
+    raised = [r for r in records if r["error_kind"] == "exception"]
+    assert len(raised) == 2 and all(r["method"] == "flaky" and r["error"] == "KeyError: 'a bug'" for r in raised)
+    assert all(r["correct"] == 0.0 for r in raised)
+    assert sum(r["error_kind"] == "execution" for r in records) == 2  # the flaky tool's own failure still shows
+
+
+def test_a_killed_run_resumes_without_recomputing_finished_units(tmp_path, monkeypatch):
+    """Kill the run after 5 units are recorded; the rerun runs only the others and ends where an uninterrupted run
+    ends."""
+    config = validate_config(_config(tmp_path), base_dir=tmp_path)
+    append = ResultsFile.append
+    recorded = []
+
+    def append_then_die(self, record):
+        if len(recorded) == 5:
+            raise KeyboardInterrupt  # as if the process were killed
+        append(self, record)
+        recorded.append(record)
+
+    monkeypatch.setattr(ResultsFile, "append", append_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark(config, progress=False)
+    for thread in threading.enumerate():  # let the units in flight finish: the killed process took them along
+        if thread.name.startswith("bench"):
+            thread.join()
+    monkeypatch.setattr(ResultsFile, "append", append)
+    assert len(ResultsFile(config.output / RESULTS_FILE).read()) == 5
+
+    _calls().clear()
+    resumed = run_benchmark(config, progress=False)
+    assert _calls().total() == 32 - 5  # one tool call per unit, none for the 5 recorded ones
+
+    fresh = validate_config(_config(tmp_path, output="fresh"), base_dir=tmp_path)
+    assert _comparable(resumed) == _comparable(run_benchmark(fresh, progress=False))
+
+
+def test_a_run_killed_with_sigkill_resumes(tmp_path):
+    config_path = _write(tmp_path, _config(tmp_path, tool="slow_oracle", n=10, threads=1))
+    results = tmp_path / "out" / RESULTS_FILE
+    command = [sys.executable, "-m", "experiments", "run", str(config_path), "--no-progress"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while (not results.is_file() or len(results.read_bytes().splitlines()) < 6) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    with open(results, "ab") as file:
+        file.write(b'{"method": "oracle", "datas')  # a line torn by the kill
+    done = len(ResultsFile(results).read())
+    assert 6 <= done < 80
+
+    records = run_benchmark(load_config(config_path), progress=False)
+    assert _calls()["oracle"] + _calls()["flaky"] == 80 - done
+    assert len(records) == 80 and len({(r["method"], r["dataset"], r["seed"], r["example_id"]) for r in records}) == 80
+    assert len(ResultsFile(results).read()) == 80  # the torn line was skipped, the next record began a new line
+
+
+def test_a_changed_method_is_recomputed_on_resume(tmp_path):
+    data = _config(tmp_path)
+    run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    data["methods"][1]["args"]["worker"] = 0
+    _calls().clear()
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls() == Counter({"oracle": 16})  # only the changed method ran again
+    assert all(r["correct"] == 1.0 for r in records)
+
+
+# ---- statistics and reports ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "successes, n, low, high",
+    [
+        (81, 263, 0.2553, 0.3662),  # the worked example of Wilson's interval, e.g. in Newcombe (1998)
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (5, 10, 0.2366, 0.7634),
+    ],
+)
+def test_wilson_interval(successes, n, low, high):
+    got = wilson_interval(successes, n)
+    assert got == pytest.approx((low, high), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_the_report_has_one_row_per_method_and_says_simulated(tmp_path):
+    config = load_config(_write(tmp_path, _config(tmp_path)))
+    paths = write_report(config, run_benchmark(config, progress=False))
+    table = paths["table"].read_text()
+    assert table.startswith("# SIMULATED: test\n") and "Every number here is SIMULATED" in table
+    sections = table.split("\n## ")
+    header = "| method | n | accuracy % [95% CI] | $ / question | tokens / question | calls / question | error rate |"
+    overall = [line for line in sections[1].splitlines() if line.startswith("|")]
+    assert overall[0] == header and overall[1].count("|") == header.count("|")
+    assert [row.split(" | ")[0] for row in overall[2:]] == ["| oracle", "| flaky"]
+    assert overall[2].startswith("| oracle | 16 | 100.0 [80.6, 100.0] | 0 |")
+    assert overall[3].startswith("| flaky | 16 | 87.5 [64.0, 96.5] | 0 |") and overall[3].endswith("| 12.5% |")
+    by_dataset = [line for line in sections[2].splitlines() if line.startswith("|")]
+    assert by_dataset[0] == f"| method | simulated/math500 | simulated/mmlu | {ALL} |"
+    per_dataset = [line for line in sections[3].splitlines() if line.startswith("|")]
+    assert len(per_dataset) == 2 + 2 * 2
+    data = json.loads(paths["results"].read_text())
+    assert data["simulated"] and data["units"] == 32 and len(data["overall"]) == 2 and len(data["per_dataset"]) == 4
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summarise_pools_datasets_and_seeds():
+    records = [
+        {"method": "m", "dataset": d, "correct": c, "cost": 0.5, "tokens": 10, "calls": 2, "latency_s": 1.0,
+         "error_kind": e}
+        for d, c, e in [("a", 1.0, None), ("a", 0.0, "execution"), ("b", 1.0, "format"), ("b", 1.0, None)]
+    ]  # fmt: skip
+    overall, per_dataset = summarise(records, ["m"], ["a", "b"])
+    assert [(a.dataset, a.n, a.accuracy) for a in per_dataset] == [("a", 2, 0.5), ("b", 2, 1.0)]
+    (total,) = overall
+    assert (total.dataset, total.n, total.accuracy, total.error_rate) == (ALL, 4, 0.75, 0.5)
+    assert total.errors == {"execution": 1, "format": 1} and total.cost == 0.5 and total.calls == 2
+    assert (total.ci_low, total.ci_high) == pytest.approx(wilson_interval(3, 4))
+    assert math.isclose(total.tokens, 10)
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("main, command", [(conductor_main, "bench"), (experiments_main, "run")])
+def test_the_commands_run_a_config_and_resume(tmp_path, main, command, capsys):
+    path = _write(tmp_path, _config(tmp_path, n=1))
+    assert main([command, str(path), "--no-progress"]) == 0
+    assert "| oracle | 4 | 100.0" in capsys.readouterr().out
+    _calls().clear()
+    assert main([command, str(path), "--no-progress"]) == 0 and _calls().total() == 0
+    assert main([command, str(path), "--fresh", "--no-progress"]) == 0 and _calls().total() == 8
+
+
+def test_a_bad_config_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    data = _config(tmp_path)
+    data["methods"][0]["args"] = {"worker": -1}
+    assert conductor_main(["bench", str(_write(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert "args.worker: Input should be greater than or equal to 0" in err and "Traceback" not in err
