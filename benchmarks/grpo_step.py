@@ -60,11 +60,9 @@ def main() -> None:
         )
         grammar = None
         if not args.free:
-            from conductor.conductor_lm._grammar import WorkflowConstraint, WorkflowFormat
+            from conductor.conductor_lm import constraint_factory
 
-            def grammar(conductor: Conductor) -> WorkflowConstraint:
-                form = WorkflowFormat(len(conductor.pool), conductor.limits.max_steps).fit(args.max_new_tokens)
-                return WorkflowConstraint(policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids))
+            grammar = constraint_factory(policy, args.max_new_tokens)
 
         trainer = GRPOTrainer(
             config, policy, Conductor(pool), trainset, lambda e, p: e.answer == p.answer, logits_processor=grammar

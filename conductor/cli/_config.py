@@ -135,13 +135,9 @@ class RunConfig(pydantic.BaseModel):
         """The workflow grammar per pool (a ``ProcessorFactory``) when ``program.grammar`` asks for it."""
         if not self.program.grammar:
             return None
-        from conductor.conductor_lm import WorkflowConstraint, WorkflowFormat
+        from conductor.conductor_lm import constraint_factory
 
-        def factory(conductor: Conductor) -> WorkflowConstraint:
-            form = WorkflowFormat(len(conductor.pool), conductor.limits.max_steps).fit(max_new_tokens)
-            return WorkflowConstraint(policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids))
-
-        return factory
+        return constraint_factory(policy, max_new_tokens)
 
     def splits(self) -> Any:
         """The loader's examples (the first ``n``), split by ``seed`` and ``fractions`` (``experiments.datasets``)."""

@@ -24,7 +24,12 @@ def register(commands) -> None:
         "--conductor",
         default=DEFAULT_CONDUCTOR,
         metavar="MODEL",
-        help=f"conductor LM: local/<name> or a litellm model string (default: {DEFAULT_CONDUCTOR})",
+        help=f"conductor: a trained checkpoint folder, local/<name> or a litellm model (default: {DEFAULT_CONDUCTOR})",
+    )
+    parser.add_argument(
+        "--free",
+        action="store_true",
+        help="let a local or trained conductor write freely instead of decoding under the workflow grammar",
     )
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the whole run")
@@ -43,9 +48,14 @@ def handle(args: argparse.Namespace) -> int:
         return fail(exc)
     try:
         with status.status("Loading the conductor…"):
-            lm = conductor_lm(args.conductor, max_tokens=args.conductor_max_tokens, temperature=args.temperature)
             budget = Budget(max_tokens=args.max_tokens, max_cost=args.max_cost)
-            program = Conductor(pool, lm, max_steps=args.max_steps, budget=budget)
+            program = Conductor(pool, max_steps=args.max_steps, budget=budget)
+            program.orchestrate.lm = conductor_lm(
+                args.conductor,
+                max_tokens=args.conductor_max_tokens,
+                temperature=args.temperature,
+                constrain=None if args.free else program,
+            )
         with status.status("The conductor is writing a workflow and the workers are running it…"):
             prediction = program(question=args.question)
     except ConductorError as exc:

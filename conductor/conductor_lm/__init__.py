@@ -15,7 +15,13 @@ if _missing:
 
 from conductor.conductor_lm._checkpoint import CONFIG_NAME  # noqa: E402
 from conductor.conductor_lm._engine import ConductorEngine  # noqa: E402
-from conductor.conductor_lm._grammar import WorkflowConstraint, WorkflowFormat, workflow_grammar  # noqa: E402
+from conductor.conductor_lm._grammar import (  # noqa: E402
+    WorkflowConstraint,
+    WorkflowFormat,
+    constrain_for,
+    constraint_factory,
+    workflow_grammar,
+)
 from conductor.conductor_lm._model import ConductorLM, LoraSpec  # noqa: E402
 from conductor.conductor_lm._sampling import Prompt, Sample  # noqa: E402
 from conductor.conductor_lm._tokenizer import byte_tokenizer  # noqa: E402
@@ -30,5 +36,7 @@ __all__ = [
     "WorkflowConstraint",
     "WorkflowFormat",
     "byte_tokenizer",
+    "constrain_for",
+    "constraint_factory",
     "workflow_grammar",
 ]

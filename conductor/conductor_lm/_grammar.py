@@ -336,3 +336,17 @@ class WorkflowConstraint(LogitsProcessor):
             if scores.shape[-1] > self.vocab_size:
                 scores[self._live, self.vocab_size :] = float("-inf")
         return scores
+
+
+def constrain_for(policy: Any, n_workers: int, max_steps: int, max_new_tokens: int) -> WorkflowConstraint:
+    """The constraint for a pool of ``n_workers`` and ``max_steps``, with strings sized so that any valid workflow
+    fits in ``max_new_tokens`` of ``policy`` (a ``ConductorLM``)."""
+    form = WorkflowFormat(n_workers, max_steps).fit(max_new_tokens)
+    return WorkflowConstraint(
+        policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
+    )
+
+
+def constraint_factory(policy: Any, max_new_tokens: int) -> Any:
+    """What ``GRPOTrainer`` and ``ConductorCompiler`` take as ``logits_processor``: a conductor -> its constraint."""
+    return lambda conductor: constrain_for(policy, len(conductor.pool), conductor.limits.max_steps, max_new_tokens)

@@ -172,16 +172,10 @@ class _ConductorArgs(_RouterArgs):
 
 @functools.cache
 def conductor_lm(model: str, max_tokens: int, temperature: float) -> dspy.LM:
-    """The conductor LM of a method, made once per process: a folder saved by ``ConductorLM.save`` (a trained
-    conductor), else a model string for ``conductor.cli._common.conductor_lm``."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        from conductor.conductor_lm import ConductorLM  # torch and peft, only for a checkpoint
+    """The conductor LM of a method, made once per process (see ``conductor.cli._common.conductor_lm``)."""
+    from conductor.cli._common import conductor_lm as from_command_line
 
-        return ConductorLM.load(path).as_dspy_lm(temperature=temperature, max_tokens=max_tokens)
-    from conductor.cli._common import conductor_lm as from_model_string
-
-    return from_model_string(model, max_tokens=max_tokens, temperature=temperature)
+    return from_command_line(model, max_tokens=max_tokens, temperature=temperature)
 
 
 Builder = Callable[..., PoolProgram]
