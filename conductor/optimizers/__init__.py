@@ -4,6 +4,13 @@ from conductor.optimizers._budget import BudgetSpace, BudgetTuner, TunedPoint
 from conductor.optimizers._compiler import ConductorCompiler, PhaseRecord
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.optimizers._rewards import Reward, RewardConfig, score
+from conductor.optimizers._warm_start import (
+    WarmStartConfig,
+    WarmStartReport,
+    from_predictions,
+    synthetic_workflows,
+    warm_start,
+)
 
 _NEED_TORCH = {"GRPOConfig", "GRPOTrainer"}  # from .grpo; imported on first use so this package needs no torch
 
@@ -27,7 +34,12 @@ __all__ = [
     "Reward",
     "RewardConfig",
     "TunedPoint",
+    "WarmStartConfig",
+    "WarmStartReport",
     "WorkflowFewShot",
     "WorkflowMetric",
+    "from_predictions",
     "score",
+    "synthetic_workflows",
+    "warm_start",
 ]

@@ -1,0 +1,240 @@
+"""The supervised warm start: exact prompts, completion-only loss, overfitting, determinism, clear errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+import dspy  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from conductor.conductor_lm import ConductorLM, Sample  # noqa: E402
+from conductor.errors import ConductorError, ConfigError  # noqa: E402
+from conductor.modules import Conductor, RunError, Step, StepTrace, WorkerPool, Workflow  # noqa: E402
+from conductor.modules._prompts import workflow_fields  # noqa: E402
+from conductor.optimizers._warm_start import (  # noqa: E402
+    WarmStartConfig,
+    completion_nll,
+    from_predictions,
+    synthetic_workflows,
+    training_pairs,
+    warm_start,
+)
+from conductor.testing import ScriptedWorker  # noqa: E402
+
+SHORT = "Write a workflow."
+ADD = Workflow.from_lists([1], ["Add the numbers."], [[]])
+LOOKUP = Workflow.from_lists([0, 1], ["Look it up.", "Give the final answer."], [[], "all"], reasoning="Two steps.")
+EXAMPLES = [({"question": "2+2?"}, ADD), ({"question": "Capital of France?"}, LOOKUP)]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The tiny model's ops are too small to split; two threads on a busy 2-core machine only wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def program(lm: dspy.LM | None = None, workers: int = 2) -> Conductor:
+    """A conductor over scripted workers, with short instructions so the byte-level tiny model trains fast (and so
+    the tests also show that the predictor's own instructions are the ones trained on)."""
+    conductor = Conductor(WorkerPool([ScriptedWorker(f"w{i}", lambda _: "Answer: 4") for i in range(workers)]), lm)
+    conductor.orchestrate.signature = conductor.orchestrate.signature.with_instructions(SHORT)
+    return conductor
+
+
+def tiny(**kwargs) -> ConductorLM:
+    """The tiny policy, its LoRA adapters included, the same every time (``tiny(seed)`` seeds only the base)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return ConductorLM.tiny(seed=0, **kwargs)
+
+
+def mean_loss(policy: ConductorLM, pairs: list) -> float:
+    return completion_nll(policy, pairs).item() / sum(len(c) for _, c in pairs)
+
+
+def test_the_training_prompt_is_exactly_what_the_conductor_sends_at_inference() -> None:
+    policy = tiny()
+    seen: list[Sample] = []
+    conductor = program(policy.as_dspy_lm(max_tokens=4, on_sample=seen.append))
+    demo = {"question": "3+3?", "workers": "Model 0\nModel 1", "available_roles": "solve", "max_steps": 5}
+    conductor.orchestrate.demos = [dspy.Example(**demo, **workflow_fields(LOOKUP))]
+    conductor(question="Capital of France?")
+    ((prompt, completion),) = training_pairs(policy, conductor, [EXAMPLES[1]], max_length=4096)
+    assert prompt == list(seen[0].prompt_ids)
+    text = policy.decode(prompt)
+    assert SHORT in text and "3+3?" in text and LOOKUP.to_text() in text  # instructions and demo as rendered
+    assert completion[-1] in policy.eos_ids and policy.decode(completion) == LOOKUP.to_text()
+
+
+def test_overfitting_a_few_workflows_makes_the_conductor_write_them() -> None:
+    # A full fine-tune: the tiny model's random, frozen tied embeddings cap its logits, so LoRA alone can't get sharp.
+    policy = tiny(lora=None)
+    conductor = program(policy.as_dspy_lm(max_tokens=160))
+    pairs = training_pairs(policy, conductor, EXAMPLES, max_length=4096)
+    before = mean_loss(policy, pairs)
+    report = warm_start(policy, conductor, EXAMPLES, WarmStartConfig(steps=100, batch_size=2, lr=1e-2))
+    assert report.steps == 100 and report.examples == 2 and report.seconds > 0
+    assert report.completion_tokens == 100 * sum(len(c) for _, c in pairs)
+    assert report.losses[0] == pytest.approx(before, rel=1e-5)
+    assert mean_loss(policy, pairs) < 0.05 < 2.0 < before
+    assert not policy.model.training  # the mode it was in is restored
+    for inputs, workflow in EXAMPLES:
+        prediction = conductor(**inputs)
+        assert prediction.error is None
+        assert prediction.conductor_text == workflow.to_text() and prediction.workflow == workflow
+
+
+def test_the_loss_ignores_what_the_model_predicts_for_prompt_tokens() -> None:
+    policy = tiny()
+    pairs = training_pairs(policy, program(), EXAMPLES, max_length=4096)
+    width = max(len(p) + len(c) for p, c in pairs)
+    # positions whose outputs predict a completion token: from the last prompt token to the one before the last
+    predicts_completion = torch.zeros(len(pairs), width, dtype=torch.bool)
+    for row, (_, completion) in enumerate(pairs):
+        predicts_completion[row, width - len(completion) - 1 : width - 1] = True
+
+    def loss_with_noise_where(where: torch.Tensor) -> float:
+        def perturb(module, args, output):
+            return output + 100.0 * torch.randn_like(output) * where.unsqueeze(-1)
+
+        handle = policy.model.get_base_model().model.norm.register_forward_hook(perturb)
+        try:
+            return completion_nll(policy, pairs).item()
+        finally:
+            handle.remove()
+
+    clean = completion_nll(policy, pairs).item()
+    assert loss_with_noise_where(~predicts_completion) == pytest.approx(clean, abs=1e-4)
+    assert loss_with_noise_where(predicts_completion) != pytest.approx(clean, abs=1e-2)
+
+    # the same as cross-entropy with the prompt's labels masked out (-100), unlike with them kept
+    prompt, completion = pairs[0]
+    ids = torch.tensor([prompt + completion])
+    logits = policy.model(input_ids=ids).logits[0, :-1]
+    labels = ids[0, 1:].clone()
+    masked = F.cross_entropy(logits, labels.masked_fill(torch.arange(len(labels)) < len(prompt) - 1, -100))
+    assert completion_nll(policy, [pairs[0]]).item() / len(completion) == pytest.approx(masked.item(), abs=1e-4)
+    assert F.cross_entropy(logits, labels).item() != pytest.approx(masked.item(), abs=1e-2)
+
+
+def test_the_same_seed_gives_the_same_run_and_only_the_adapters_change() -> None:
+    examples = synthetic_workflows(2, ["1+1?", "2+5?", "Who wrote Hamlet?", "Boiling point of water?", "7*6?"], seed=0)
+    config = WarmStartConfig(steps=4, batch_size=4, grad_accumulation=2, lr=1e-2, seed=3)
+
+    def run(config: WarmStartConfig) -> tuple[ConductorLM, tuple[float, ...]]:
+        policy = tiny()
+        return policy, warm_start(policy, program(), examples, config).losses
+
+    first, losses = run(config)
+    second, again = run(config)
+    assert losses == again
+    for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    _, reshuffled = run(config.model_copy(update={"seed": 4}))
+    assert reshuffled != losses
+    untouched = tiny()
+    pairs = training_pairs(untouched, program(), examples, max_length=4096)
+    assert mean_loss(first, pairs) < mean_loss(untouched, pairs)  # LoRA alone lowers the loss too
+    trained = {n for n, p in first.model.named_parameters() if p.requires_grad}
+    for (name, a), b in zip(first.model.named_parameters(), untouched.model.parameters(), strict=True):
+        assert torch.equal(a, b) == (name not in trained), name
+
+
+def test_gradient_accumulation_saves_memory_without_changing_the_update() -> None:
+    examples = synthetic_workflows(2, ["1+1?", "2+5?", "Who wrote Hamlet?", "7*6?", "Capital of Peru?"], seed=1)
+
+    def run(accumulation: int) -> tuple[float, ...]:
+        config = WarmStartConfig(steps=3, batch_size=4, grad_accumulation=accumulation, lr=1e-2)
+        return warm_start(tiny(), program(), examples, config).losses
+
+    assert run(2) == pytest.approx(run(1), abs=1e-5)
+
+
+def test_schedule_warms_up_then_decays() -> None:
+    config = WarmStartConfig(epochs=5, batch_size=1, lr=1e-2, warmup_ratio=0.2)
+    report = warm_start(tiny(), program(), EXAMPLES, config)
+    assert report.steps == 10
+    assert report.learning_rates[0] == 0.0 and max(report.learning_rates) == pytest.approx(1e-2)
+    assert report.learning_rates.index(max(report.learning_rates)) == 2
+    assert list(report.learning_rates[2:]) == sorted(report.learning_rates[2:], reverse=True)
+
+
+def test_no_examples_is_a_clear_error() -> None:
+    with pytest.raises(ConductorError, match="at least one"):
+        warm_start(tiny(), program(), [])
+
+
+def test_every_unusable_example_is_listed() -> None:
+    bad = [
+        EXAMPLES[0],
+        ({"question": "q"}, Workflow.from_lists([5], ["do it"], [[]])),
+        ({"question": "q"}, Workflow(tuple(Step(0, "x") for _ in range(6)))),
+        ({"prompt": "q"}, ADD),
+        ("q", "model_id = [0]"),
+    ]
+    with pytest.raises(ConductorError) as caught:
+        warm_start(tiny(), program(), bad)
+    message = str(caught.value)
+    assert "example 0" not in message
+    assert "example 1: step 0: unknown worker 5 (the pool has workers 0..1)" in message
+    assert "example 2: too many steps: 6 > max_steps=5" in message
+    assert "example 3: missing input field(s): ['question']" in message
+    assert "example 4: not an (inputs, Workflow) pair" in message
+    with pytest.raises(ConductorError, match=r"example 1: \d+ tokens .* exceed max_length=50"):
+        training_pairs(tiny(), program(), [({"question": "q" * 50}, ADD)] * 2, max_length=50)
+
+
+def test_synthetic_workflows_are_valid_varied_and_reproducible() -> None:
+    questions = [f"What is {i} + {2 * i}?" for i in range(60)] + ["x" * 500, {"question": "Who wrote Hamlet?"}]
+    pairs = synthetic_workflows(3, questions, max_steps=4, seed=7)
+    assert pairs == synthetic_workflows(3, questions, max_steps=4, seed=7)
+    assert pairs != synthetic_workflows(3, questions, max_steps=4, seed=8)
+    assert [inputs for inputs, _ in pairs] == [{"question": q} for q in questions[:-1]] + [questions[-1]]
+    workflows = [w for _, w in pairs]
+    for inputs, workflow in pairs:
+        assert workflow.problems(3) == [] and Workflow.parse(workflow.to_text()) == workflow
+        assert "final answer" in workflow.steps[-1].subtask and workflow.reasoning
+        assert any(inputs["question"] in s.subtask for s in workflow.steps) or len(inputs["question"]) > 160
+    assert {len(w) for w in workflows} == {1, 2, 3, 4}
+    assert {s.worker for w in workflows for s in w.steps} == {0, 1, 2}
+    assert {s.access for w in workflows for s in w.steps[1:]} == {"all", ()}
+    assert "x" * 500 not in workflows[-2].to_text()  # a long question is referred to, not copied
+    with pytest.raises(ConfigError):
+        synthetic_workflows(0, questions)
+
+
+def test_predictions_that_scored_well_become_training_pairs() -> None:
+    example = dspy.Example(question="2+2?", answer="4").with_inputs("question")
+    fallback = Workflow((Step(0, "Answer the overall task directly and completely.", ()),))
+    guess = Workflow.from_lists([0], ["Guess."], [[]])
+
+    def prediction(answer: str, workflow: Workflow, error: RunError | None = None) -> dspy.Prediction:
+        trace = [StepTrace(i, 0, "w", "solve", "s", ()) for i in range(len(workflow))]
+        return dspy.Prediction(answer=answer, workflow=workflow, error=error, trace=trace, tokens=10, cost=0.0)
+
+    predictions = [
+        prediction("4", ADD),
+        prediction("5", guess),  # wrong: reward 0.5
+        prediction("4", fallback, RunError("format", "missing list: model_id")),  # right, but by the fallback
+        prediction("4", ADD),  # the same pair again
+        prediction("4", LOOKUP),
+    ]
+
+    def exact(example, prediction, trace=None):
+        return example.answer == prediction.answer
+
+    pairs = from_predictions([example] * 5, predictions, exact)
+    assert pairs == [({"question": "2+2?"}, ADD), ({"question": "2+2?"}, LOOKUP)]
+    assert [w for _, w in from_predictions([example] * 5, predictions, exact, min_reward=0.5)] == [ADD, guess, LOOKUP]
+    with pytest.raises(ConductorError, match="2 examples but 5 predictions"):
+        from_predictions([example] * 2, predictions, exact)
+    with pytest.raises(ConductorError, match="with_inputs"):
+        from_predictions([dspy.Example(question="2+2?", answer="4")], predictions[:1], exact)
