@@ -4,7 +4,6 @@ config's errors reported all at once."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,8 @@ def right(example: dspy.Example, prediction: dspy.Prediction, trace: Any = None)
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread: None) -> None:
+    """Every test here runs with one torch thread (see tests/conftest.py)."""
 
 
 def write_config(tmp_path: Path, program: dict[str, Any] | None = None, **sections: Any) -> Path:

@@ -9,7 +9,6 @@ distribution, and forces the rest of the chosen text: rewards vary, and GRPO cha
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,8 @@ from conductor.testing import ScriptedWorker  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: the tiny model's ops are too small to split, and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread: None) -> None:
+    """Every test here runs with one torch thread (see tests/conftest.py)."""
 
 
 def workflow(worker: int) -> str:

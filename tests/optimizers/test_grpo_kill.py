@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from conductor.optimizers.grpo import checkpoints  # noqa: E402
-from tests.optimizers.test_grpo_helpers import KILL_TEST_RUN, one_torch_thread, trainer  # noqa: E402, F401
+from tests.optimizers.test_grpo_helpers import KILL_TEST_RUN, _one_torch_thread, trainer  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,10 +24,10 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     BROKEN,
     RIGHT,
     WRONG,
+    _one_torch_thread,
     choice,
     config,
     exact,
-    one_torch_thread,
     pool,
     program,
     tiny,
@@ -174,13 +174,14 @@ def test_a_metric_that_raises_records_reward_zero_and_the_run_goes_on(tmp_path: 
 
 
 def test_a_worker_failing_mid_step_gives_recorded_rewards_and_the_run_goes_on(tmp_path: Path) -> None:
-    run = trainer(tmp_path, workers=pool(fail_times=3, retries=0))
+    # 2 failures: under the pool's cooldown threshold (3 in 60 s), so the worker stays in service afterwards
+    run = trainer(tmp_path, workers=pool(fail_times=2, retries=0))
     history = run.run()
     assert len(history) == 2
     records = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     right = [r for r in records if r["text"] == RIGHT]
     failed = [r for r in right if r["error"] and "execution error" in r["error"]]
-    assert len(failed) == 3 and all(r["reward"]["value"] == 0.5 for r in failed)  # ran, but gave no answer
+    assert len(failed) == 2 and all(r["reward"]["value"] == 0.5 for r in failed)  # ran, but gave no answer
     assert any(r["reward"]["value"] == 1.0 for r in right)  # the worker answered again afterwards
     assert {r["text"] for r in records} == {RIGHT, WRONG, BROKEN}
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -33,12 +31,8 @@ EXAMPLES = [({"question": "2+2?"}, ADD), ({"question": "Capital of France?"}, LO
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """The tiny model's ops are too small to split; two threads on a busy 2-core machine only wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread: None) -> None:
+    """Every test here runs with one torch thread (see tests/conftest.py)."""
 
 
 def program(lm: dspy.LM | None = None, workers: int = 2) -> Conductor:

@@ -1,0 +1,18 @@
+"""Fixtures shared across test folders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for tests that run tiny models: their ops are too small to split, and on a busy 2-core
+    machine two threads waiting on each other made such tests ten times slower."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
