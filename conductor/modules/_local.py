@@ -52,7 +52,7 @@ from dspy.lm15 import (
 
 from conductor._files import cache_dir, write_folder_atomically
 from conductor.errors import ConfigError, MissingDependency
-from conductor.modules._worker import LMWorker, Messages
+from conductor.modules._worker import LMWorker, Messages, chat_request
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +323,11 @@ def prompt_ids(tokenizer: Any, system: str | None, turns: list[tuple[str, str]])
     return tokenizer("\n\n".join([*parts, _PLAIN_ASSISTANT]))["input_ids"]
 
 
+def _request_prompt(tokenizer: Any, request: Request) -> list[int]:
+    turns = [("user" if m.role == "user" else "assistant", m.text or "") for m in request.messages]
+    return prompt_ids(tokenizer, request.system, turns)
+
+
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     eos = model.generation_config.eos_token_id
     if eos is None:
@@ -373,8 +378,7 @@ class TransformersEngine:
         loaded = self._loaded()
         model, tokenizer = loaded.model, loaded.tokenizer
         config = request.config
-        turns = [("user" if m.role == "user" else "assistant", m.text or "") for m in request.messages]
-        prompt = prompt_ids(tokenizer, request.system, turns)
+        prompt = _request_prompt(tokenizer, request)
         max_new = config.max_tokens or self.max_tokens
         context = getattr(model.config, "max_position_embeddings", None)
         if context is not None and len(prompt) + max_new > context:
@@ -432,12 +436,9 @@ class TransformersEngine:
         return response_to_events(self.complete(request))
 
     def count_tokens(self, messages: Messages) -> int:
-        """Exact prompt tokens of OpenAI-style ``messages``, mapped to a request as ``LMWorker.complete`` does."""
-        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
-        turns = [
-            ("user" if m["role"] == "user" else "assistant", m["content"]) for m in messages if m["role"] != "system"
-        ]
-        return len(prompt_ids(self._loaded().tokenizer, system, turns))
+        """Exact prompt tokens of OpenAI-style ``messages``: the request ``LMWorker.complete`` sends, rendered as
+        ``complete`` renders it."""
+        return len(_request_prompt(self._loaded().tokenizer, chat_request(self.model, messages)))
 
     def close(self) -> None:
         """Nothing to release: the weights stay in the process-wide cache, shared with other engines."""

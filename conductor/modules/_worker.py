@@ -10,6 +10,7 @@ import abc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 from dspy.lm15 import Config, Message, Request
@@ -95,6 +96,18 @@ class Worker(abc.ABC):
         return f"{type(self).__name__}({self.name!r})"
 
 
+def chat_request(model: str, messages: Messages, **config: Any) -> Request:
+    """The DSPy request for OpenAI-style ``messages``: system messages joined into the system prompt, the rest as
+    user and assistant turns. Every worker that talks to a ``dspy.LM`` (and counts its tokens) goes through this."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
+    turns = tuple(
+        Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"])
+        for m in messages
+        if m["role"] != "system"
+    )
+    return Request(model=model, messages=turns, system=system, config=Config(**config))
+
+
 class LMWorker(Worker):
     """A worker backed by a ``dspy.LM``: any litellm model string, or an in-process model behind a DSPy engine.
 
@@ -107,18 +120,7 @@ class LMWorker(Worker):
         self._token_counter = token_counter
 
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
-        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
-        turns = tuple(
-            Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"])
-            for m in messages
-            if m["role"] != "system"
-        )
-        request = Request(
-            model=self.lm.model,
-            messages=turns,
-            system=system,
-            config=Config(max_tokens=max_tokens, temperature=temperature),
-        )
+        request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
         try:
             response = self.lm(request)
         except Exception as exc:
