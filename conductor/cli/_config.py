@@ -17,6 +17,7 @@ import dspy
 import pydantic
 import yaml
 
+from conductor._imports import import_object as imported
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers.grpo import GRPOConfig
@@ -166,8 +167,6 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def import_object(path: str) -> Any:
     """The object at ``module:qualname``, importable from the working folder too (as with ``python -m``)."""
-    from conductor.deploy._artifact import _import
-
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.append(str(Path.cwd()))
-    return _import(path)
+    return imported(path)

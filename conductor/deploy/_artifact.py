@@ -31,6 +31,7 @@ from typing import Any
 import dspy
 
 from conductor._files import write_folder_atomically
+from conductor._imports import import_object
 from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Budget, Conductor, WorkerPool
 from conductor.signatures import BUILTIN_ROLES, role_name
@@ -271,7 +272,7 @@ def _warn_on_version_change(saved: dict[str, str]) -> None:
 def _load_lm(description: dict[str, Any], folder: Path) -> dspy.BaseLM:
     if description["kind"] == "policy":
         policy_dir = _require(folder / description["folder"])
-        policy_class = _import(description["class"])
+        policy_class = import_object(description["class"])
         try:
             policy = policy_class.load(policy_dir)
         except ConductorError:
@@ -287,7 +288,7 @@ def _load_lm(description: dict[str, Any], folder: Path) -> dspy.BaseLM:
 
 def _load_role(entry: dict[str, Any]) -> type[dspy.Signature]:
     if entry["class"]:
-        role = _import(entry["class"])
+        role = import_object(entry["class"])
         if not (isinstance(role, type) and issubclass(role, dspy.Signature)):
             raise ConductorError(f"role {entry['name']!r}: {entry['class']} is not a dspy.Signature")
         return role
@@ -296,17 +297,6 @@ def _load_role(entry: dict[str, Any]) -> type[dspy.Signature]:
 
 def _import_path(obj: type) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
-
-
-def _import(path: str) -> Any:
-    module_name, _, qualname = path.partition(":")
-    try:
-        obj = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConductorError(f"can't import {path!r}: {exc}") from exc
-    return obj
 
 
 def _require(path: Path) -> Path:

@@ -16,7 +16,6 @@ Secrets never live in the config: an ``lm`` worker names the environment variabl
 
 from __future__ import annotations
 
-import importlib
 import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
+from conductor._imports import import_object
 from conductor.errors import ConfigError
 from conductor.modules._calculator import CalculatorWorker
 from conductor.modules._sandbox import PythonWorker
@@ -250,11 +250,7 @@ def _tool_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
 
 
 def _import_callable(path: str) -> Callable[[str], Any]:
-    module_name, _, attr = path.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"can't import tool {path!r}: {exc}") from exc
+    fn = import_object(path, "tool ")
     if not callable(fn):
         raise ConfigError(f"tool {path!r} is not callable")
     return fn
