@@ -91,6 +91,9 @@ _MULTI_ARGUMENT = frozenset(name for name, (_, _, most) in _FUNCTIONS.items() if
 _THOUSANDS = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,])")
 _CALL_OR_CLOSE = re.compile(r"([A-Za-z_]\w*)?\s*\(|\)")
 _TIMES_X = re.compile(r"(?<=[\d.)])\s*x\s*(?=[\d.(])")
+# Operators written as words between two operands ("What is 772 minus 949?", as BIG-bench's arithmetic task asks).
+_WORD_OPERATORS = {"plus": "+", "minus": "-", "times": "*", "multiplied by": "*", "divided by": "/"}
+_WORD_OPERATOR = re.compile(rf"(?<=[\d)])\s+({'|'.join(_WORD_OPERATORS)})\s+(?=[\d(-])", re.IGNORECASE)
 _NAMES = "|".join(sorted(map(re.escape, [*_FUNCTIONS, *_CONSTANTS]), key=len, reverse=True))
 _CANDIDATE = re.compile(
     rf"(?:[\d.+\-*/^%(),×÷− \t]|(?<![A-Za-z_])(?:{_NAMES})(?![A-Za-z_])|(?<=[\d) \t])x(?=[\d( \t]))+"
@@ -247,8 +250,9 @@ def extract_expression(text: str) -> str:
     """The arithmetic expression a prompt asks about: the whole text if it is one, else the last expression in it.
 
     Expressions with an operator or a function call win over bare numbers, so in "compute 17*23+4 for step 2" the
-    answer is "17*23+4".
+    answer is "17*23+4". Operators written as words between numbers count: "772 minus 949" is "772 - 949".
     """
+    text = _WORD_OPERATOR.sub(lambda m: f" {_WORD_OPERATORS[m[1].lower()]} ", text)
     if _parses(text):
         return text.strip()
     candidates = [c for c in map(_trim, _CANDIDATE.findall(text)) if any(ch.isdigit() for ch in c) and _parses(c)]

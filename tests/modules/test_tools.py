@@ -125,6 +125,10 @@ def test_division_by_zero(expression: str) -> None:
         ("Earlier: 5*6 was 30.\nNow add 2^3 to it", "2^3"),
         ("12.5 * 4", "12.5 * 4"),
         ("How much is 7?", "7"),
+        ("What is 772 minus 949?", "772 - 949"),
+        ("Q: What is 6492 Divided By 541?\nA:", "6492 / 541"),
+        ("What is 66560 times 93873? Also 3 plus (2 multiplied by 4)", "3 + (2 * 4)"),
+        ("Add the times 3 and 4 won", "4"),
     ],
 )
 def test_extract_expression(text: str, expected: str) -> None:
