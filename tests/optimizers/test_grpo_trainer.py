@@ -197,16 +197,36 @@ def test_an_example_the_program_refuses_is_left_out_of_its_step_with_a_warning(
     assert history[0]["rollouts"] == 4 and "gives the conductor no prompt" in caplog.text
 
 
+def test_balance_by_deals_every_batch_one_example_of_each_family_and_covers_each_epoch(tmp_path: Path) -> None:
+    families = ["add"] * 6 + ["spell"] * 2 + ["add"] * 2 + ["spell"] * 6  # 8 of each, clustered on purpose
+    data = [
+        dspy.Example(question=f"Question {i}", answer="4", family=f).with_inputs("question")
+        for i, f in enumerate(families)
+    ]
+    run = GRPOTrainer(config(tmp_path, balance_by="family", steps=16), tiny(), program(), data, exact)
+    batches = [run.step_examples(step) for step in range(1, 17)]
+    assert all({e.family for _, e in batch} == {"add", "spell"} for batch in batches)
+    for epoch in (batches[:8], batches[8:]):
+        assert sorted(i for batch in epoch for i, _ in batch) == list(range(16))
+    plain = GRPOTrainer(config(tmp_path, steps=16), tiny(), program(), data, exact)
+    assert any(len({e.family for _, e in plain.step_examples(s)}) == 1 for s in range(1, 9))  # the default may not
+
+
 def test_inputs_are_checked_all_at_once(tmp_path: Path) -> None:
     policy = ConductorLM.tiny(seed=0, lora=None)
     unmarked = [dspy.Example(question="q", answer="a")]
     run = GRPOTrainer(
-        config(tmp_path, beta=0.1, randomise_pool=True, min_pool_size=5), policy, program(), unmarked, exact
+        config(tmp_path, beta=0.1, randomise_pool=True, min_pool_size=5, balance_by="family"),
+        policy,
+        program(),
+        unmarked,
+        exact,
     )
     with pytest.raises(ConfigError) as error:
         run.setup()
     message = str(error.value)
     assert "with_inputs" in message and "min_pool_size=5" in message and "beta > 0" in message
+    assert "balance_by='family': trainset[0] have no such label" in message
 
 
 # ---- checkpoints, metrics and resuming ---------------------------------------------------------------------------

@@ -24,6 +24,9 @@ class GRPOConfig(pydantic.BaseModel):
     output_dir: Path = pydantic.Field(description="metrics, rollouts, the reward curve, checkpoints, the final policy")
     steps: int = pydantic.Field(200, ge=1, description="training steps: one batch of rollouts each")
     batch_size: int = pydantic.Field(4, ge=1, description="training examples per step")
+    balance_by: str | None = pydantic.Field(
+        None, description="an example label (e.g. 'family'): each epoch deals its values in turn, so batches mix them"
+    )
     group_size: int = pydantic.Field(8, ge=2, description="workflows sampled per example (G)")
     lr: float = pydantic.Field(1e-5, gt=0, description="peak learning rate (AdamW)")
     weight_decay: float = pydantic.Field(0.0, ge=0)

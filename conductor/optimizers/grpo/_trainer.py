@@ -143,6 +143,9 @@ class GRPOTrainer:
         unmarked = [i for i, e in enumerate(self.trainset) if not isinstance(e, dspy.Example) or not _has_inputs(e)]
         if unmarked:
             problems.append(f"trainset{unmarked[:5]} are not dspy.Examples with inputs marked (.with_inputs(...))")
+        unlabelled = [i for i, e in enumerate(self.trainset) if config.balance_by and config.balance_by not in e]
+        if unlabelled:
+            problems.append(f"balance_by={config.balance_by!r}: trainset{unlabelled[:5]} have no such label")
         if config.randomise_pool and config.min_pool_size > len(self.program.pool):
             problems.append(f"min_pool_size={config.min_pool_size} exceeds the pool's {len(self.program.pool)} workers")
         if config.beta > 0 and not self.policy.is_peft:
@@ -186,16 +189,37 @@ class GRPOTrainer:
         torch.manual_seed(derive_seed(self.config.seed, "torch", step))
 
     def step_examples(self, step: int) -> list[tuple[int, dspy.Example]]:
-        """The step's ``(index, example)`` pairs: consecutive slices of a fresh shuffle of the trainset per epoch."""
+        """The step's ``(index, example)`` pairs: consecutive slices of a fresh order of the trainset per epoch."""
         size, n = self.config.batch_size, len(self.trainset)
         picked = []
         for position in range((step - 1) * size, step * size):
             epoch, offset = divmod(position, n)
             if epoch not in self._orders:
-                self._orders = {epoch: random.Random(derive_seed(self.config.seed, "data", epoch)).sample(range(n), n)}
+                self._orders = {epoch: self._epoch_order(epoch)}
             index = self._orders[epoch][offset]
             picked.append((index, self.trainset[index]))
         return picked
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        """A seeded shuffle of the trainset; with ``balance_by``, each label's examples shuffled and dealt in turn
+        (the labels in a shuffled order each round), so that a batch holds as many labels as it can.
+
+        Balanced batches keep GRPO's signal alive: a batch of one task family can be won by always choosing the
+        same worker, and the update learns just that."""
+        rng = random.Random(derive_seed(self.config.seed, "data", epoch))
+        label = self.config.balance_by
+        if label is None:
+            return rng.sample(range(len(self.trainset)), len(self.trainset))
+        groups: dict[str, list[int]] = {}
+        for index, example in enumerate(self.trainset):
+            groups.setdefault(str(example.get(label)), []).append(index)
+        queues = [rng.sample(members, len(members)) for _, members in sorted(groups.items())]
+        order = []
+        while queues:
+            rng.shuffle(queues)
+            order.extend(queue.pop() for queue in queues)
+            queues = [queue for queue in queues if queue]
+        return order
 
     def update(self, batch: RolloutBatch, step: int) -> dict[str, float]:
         """``updates_per_batch`` optimizer steps on the clipped surrogate, each over ``grad_accumulation``
