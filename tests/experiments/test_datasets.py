@@ -39,6 +39,7 @@ from experiments.datasets import (
     load_gsm8k,
     load_gsm_symbolic,
     load_humaneval,
+    load_mix,
     load_mmlu,
     metric,
     metric_for,
@@ -459,3 +460,36 @@ def test_real_gsm_symbolic(real_cache: Path):
     assert all(gsm8k_metric(e, answer(f"Answer: {e.answer}")) == 1.0 for e in examples)  # numeric answers
     assert load_gsm_symbolic(300, seed=0) == examples
     assert not [name for name in sys.modules if name.startswith("reasoning_gym")]
+
+
+# ---- mixes --------------------------------------------------------------------------------------------------------
+
+
+def numbered(family: str, count: int) -> list[dspy.Example]:
+    """A stand-in loader: ``count`` examples of ``family`` in benchmark order."""
+    return [
+        dspy.Example(question=f"{family} {i}", answer=str(i), family=family).with_inputs("question")
+        for i in range(count)
+    ]
+
+
+def test_a_mix_deals_a_seeded_random_draw_of_each_source_in_turn():
+    loader = "tests.experiments.test_datasets:numbered"
+    sources = [
+        {"loader": loader, "args": {"family": "a", "count": 50}, "n": 3},
+        {"loader": loader, "args": {"family": "b", "count": 9}, "n": 2},
+    ]
+    mix = load_mix(sources, seed=1)
+    assert [e.family for e in mix] == ["a", "b", "a", "b", "a"]
+    assert load_mix(sources, seed=1) == mix and load_mix(sources, seed=2) != mix
+    assert [e.question for e in mix if e.family == "a"] != ["a 0", "a 1", "a 2"]  # a draw, not the first n
+
+
+def test_a_mix_refuses_a_bad_source_clearly():
+    loader = "tests.experiments.test_datasets:numbered"
+    with pytest.raises(ConfigError, match="has 2 examples, not 5"):
+        load_mix([{"loader": loader, "args": {"family": "a", "count": 2}, "n": 5}])
+    with pytest.raises(ConfigError, match="must have `loader` and `n`"):
+        load_mix([{"loader": loader, "count": 2}])
+    with pytest.raises(ConfigError, match="at least one source"):
+        load_mix([])
