@@ -9,7 +9,7 @@ import dspy
 from rich.console import Console
 
 from conductor.errors import ConductorError
-from conductor.modules import Conductor, WorkerPool
+from conductor.modules import WorkerPool
 
 console = Console()  # what the command reports
 status = Console(stderr=True)  # progress and errors, so `--json` output on stdout stays clean
@@ -23,26 +23,19 @@ def load_pool(args: argparse.Namespace) -> WorkerPool:
     return WorkerPool.from_file(args.pool) if args.pool else WorkerPool.default()
 
 
-def conductor_lm(model: str, *, max_tokens: int, temperature: float, constrain: Conductor | None = None) -> dspy.LM:
+def conductor_lm(model: str, *, max_tokens: int, temperature: float) -> dspy.LM:
     """The conductor LM a command line names: a folder saved by ``ConductorLM.save`` (a trained conductor),
-    ``local/<name>`` (an embedded local model), or else a litellm model string.
-
-    ``constrain``: decode a local or trained conductor under the workflow grammar of that program's pool and step
-    limit, so every workflow it writes is valid (an API model can't be constrained this way).
-    """
+    ``local/<name>`` (an embedded local model), or else a litellm model string."""
     path = Path(model).expanduser()
     if not (path.is_dir() or model.startswith("local/")):
         return dspy.LM(model, max_tokens=max_tokens, temperature=temperature, cache=False)
-    from conductor.conductor_lm import ConductorLM, constrain_for  # torch and peft, only for these
+    from conductor.conductor_lm import ConductorLM  # torch and peft, only for these
 
     if path.is_dir():
         policy = ConductorLM.load(path)
     else:
         policy = ConductorLM.from_pretrained(model.removeprefix("local/"), lora=None)
-    processor = None
-    if constrain is not None:
-        processor = constrain_for(policy, len(constrain.pool), constrain.limits.max_steps, max_tokens)
-    return policy.as_dspy_lm(temperature=temperature, max_tokens=max_tokens, logits_processor=processor)
+    return policy.as_dspy_lm(temperature=temperature, max_tokens=max_tokens)
 
 
 def fail(error: Exception) -> int:

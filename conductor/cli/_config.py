@@ -45,7 +45,9 @@ class ProgramSection(pydantic.BaseModel):
     max_steps: int = pydantic.Field(5, ge=1)
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
     lora: LoraSection = LoraSection()
-    grammar: bool = pydantic.Field(False, description="constrain sampling to valid workflows (needs xgrammar)")
+    grammar: bool = pydantic.Field(
+        False, description="decode only valid workflows, in training and after (needs xgrammar)"
+    )
 
     @property
     def trainable(self) -> bool:
@@ -126,11 +128,15 @@ class RunConfig(pydantic.BaseModel):
     def conductor(self, policy: ConductorLM | None = None) -> Conductor:
         """The program: the pool, with ``policy`` (else the config's litellm conductor) writing the workflows."""
         spec = self.program
-        if policy is not None:
-            lm = policy.as_dspy_lm(max_tokens=spec.max_tokens)
-        else:
+        if policy is None:
             lm = dspy.LM(spec.conductor, max_tokens=spec.max_tokens, temperature=0.0, cache=False)
-        return Conductor(self.pool(), lm, max_steps=spec.max_steps)
+            return Conductor(self.pool(), lm, max_steps=spec.max_steps)
+        program = Conductor(self.pool(), policy.as_dspy_lm(max_tokens=spec.max_tokens), max_steps=spec.max_steps)
+        if spec.grammar:
+            from conductor.conductor_lm import constrain_program
+
+            constrain_program(program)  # evaluated and saved as it is trained: under the grammar
+        return program
 
     def grammar(self, policy: ConductorLM, max_new_tokens: int) -> Callable[[Conductor], Any] | None:
         """The workflow grammar per pool (a ``ProcessorFactory``) when ``program.grammar`` asks for it."""

@@ -51,11 +51,12 @@ def handle(args: argparse.Namespace) -> int:
             budget = Budget(max_tokens=args.max_tokens, max_cost=args.max_cost)
             program = Conductor(pool, max_steps=args.max_steps, budget=budget)
             program.orchestrate.lm = conductor_lm(
-                args.conductor,
-                max_tokens=args.conductor_max_tokens,
-                temperature=args.temperature,
-                constrain=None if args.free else program,
+                args.conductor, max_tokens=args.conductor_max_tokens, temperature=args.temperature
             )
+            if not args.free and getattr(program.orchestrate.lm.engine, "policy", None):  # a local or trained one
+                from conductor.conductor_lm import constrain_program
+
+                constrain_program(program)  # every workflow it writes is valid
         with status.status("The conductor is writing a workflow and the workers are running it…"):
             prediction = program(question=args.question)
     except ConductorError as exc:

@@ -19,6 +19,7 @@ from conductor.conductor_lm._grammar import (  # noqa: E402
     WorkflowConstraint,
     WorkflowFormat,
     constrain_for,
+    constrain_program,
     constraint_factory,
     workflow_grammar,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "WorkflowFormat",
     "byte_tokenizer",
     "constrain_for",
+    "constrain_program",
     "constraint_factory",
     "workflow_grammar",
 ]

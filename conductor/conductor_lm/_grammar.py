@@ -347,6 +347,16 @@ def constrain_for(policy: Any, n_workers: int, max_steps: int, max_new_tokens: i
     )
 
 
+def constrain_program(program: Any) -> None:
+    """Make ``program``'s conductor LM (a ``ConductorLM.as_dspy_lm()``) decode under the workflow grammar of the
+    program's pool and step limit, with strings sized to the LM's ``max_tokens``."""
+    lm = program.orchestrate.lm
+    policy = getattr(getattr(lm, "engine", None), "policy", None)
+    if policy is None:
+        raise ConfigError("only a local or trained conductor (ConductorLM.as_dspy_lm) decodes under the grammar")
+    lm.engine.logits_processor = constraint_factory(policy, lm.kwargs["max_tokens"])(program)
+
+
 def constraint_factory(policy: Any, max_new_tokens: int) -> Any:
     """What ``GRPOTrainer`` and ``ConductorCompiler`` take as ``logits_processor``: a conductor -> its constraint."""
     return lambda conductor: constrain_for(policy, len(conductor.pool), conductor.limits.max_steps, max_new_tokens)

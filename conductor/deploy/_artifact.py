@@ -150,6 +150,8 @@ def _describe_lm(lm: dspy.BaseLM) -> dict[str, Any]:
     """How to rebuild the conductor LM: a trainable policy's folder and LM options, or DSPy's own LM state."""
     policy = _policy(lm)
     if policy is not None:
+        from conductor.conductor_lm import WorkflowConstraint
+
         options = {**lm.kwargs, "cache": lm.cache, "num_retries": lm.num_retries}
         return {
             "kind": "policy",
@@ -157,6 +159,7 @@ def _describe_lm(lm: dspy.BaseLM) -> dict[str, Any]:
             "folder": f"{POLICY_DIR}/",
             "class": _import_path(type(policy)),
             "lm_kwargs": _without_secrets(options),
+            "workflow_grammar": isinstance(lm.engine.logits_processor, WorkflowConstraint),
         }
     try:
         state = lm.dump_state()
@@ -256,6 +259,10 @@ def load_program(path: str | Path) -> Conductor:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         program.pool.close()
         raise ConductorError(f"{folder / PROGRAM} can't be loaded: {type(exc).__name__}: {exc}") from exc
+    if manifest["conductor_lm"].get("workflow_grammar"):
+        from conductor.conductor_lm import constrain_program
+
+        constrain_program(program)  # decode under the grammar it was saved with, rebuilt for this pool
     logger.info("loaded the program from %s", folder)
     return program
 
