@@ -34,7 +34,14 @@ def handle(args: argparse.Namespace) -> int:
         budget = None
         if spec.budget_trials:
             storage = f"sqlite:///{(config.output_dir / 'budget.db').absolute()}"
-            budget = BudgetTuner(config.metric, n_trials=spec.budget_trials, storage=storage, num_threads=args.threads)
+            budget = BudgetTuner(
+                config.metric,
+                space=spec.budget_space,
+                n_trials=spec.budget_trials,
+                storage=storage,
+                cost_unit=spec.cost_unit,
+                num_threads=args.threads,
+            )
         compiler = ConductorCompiler(
             config.metric,
             output_dir=config.output_dir,

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dspy
 import pydantic
@@ -20,6 +20,7 @@ import yaml
 from conductor._imports import import_object as imported
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, WorkerPool
+from conductor.optimizers import BudgetSpace
 from conductor.optimizers.grpo import GRPOConfig
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ class CompileSection(pydantic.BaseModel):
     few_shot: int = pydantic.Field(4, ge=1, description="the most few-shot workflows (k)")
     candidates: int = pydantic.Field(8, ge=0, description="random few-shot sets tried")
     budget_trials: int = pydantic.Field(0, ge=0, description="Optuna budget trials; 0: no budget phase")
-    max_cost: float | None = pydantic.Field(None, gt=0, description="the budget point's most $ per question")
+    budget_space: BudgetSpace = pydantic.Field(BudgetSpace(), description="what the budget trials search")
+    cost_unit: Literal["usd", "tokens"] = pydantic.Field("usd", description="the cost the budget phase trades off")
+    max_cost: float | None = pydantic.Field(None, gt=0, description="the budget point's most cost per question")
     min_accuracy: float | None = pydantic.Field(None, ge=0, le=1, description="the budget point's least accuracy")
 
 

@@ -28,7 +28,9 @@ logger = logging.getLogger(__name__)
 
 STATE = "compiler_state.json"
 BEST = "best"
-Phase = Callable[[Conductor, list[dspy.Example], list[dspy.Example]], Conductor]
+PARETO = "pareto.png"
+Phase = Callable[[Conductor, list[dspy.Example], list[dspy.Example]], tuple[Conductor, str]]
+"""A phase: the best program so far (a copy), train and validation sets -> the new program and what it changed."""
 
 
 @dataclass
@@ -49,7 +51,8 @@ class ConductorCompiler(Teleprompter):
 
     Args:
         metric: ``metric(example, prediction, trace=None) -> float | bool``.
-        output_dir: checkpoints, the phase table (``phases.md``, ``phases.json``) and the best program (``best/``).
+        output_dir: checkpoints, the phase table (``phases.md``, ``phases.json``), the best program (``best/``) and,
+            with a budget phase, the plot of its Pareto front (``pareto.png``).
         prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
             ``PromptSearch``); ``None`` skips the prompt phases.
         grpo: a ``GRPOConfig`` (or its fields as a dict); used when the conductor LM is a trainable ``ConductorLM``.
@@ -111,9 +114,9 @@ class ConductorCompiler(Teleprompter):
             if name in state["done"]:
                 continue
             started = time.perf_counter()
-            candidate = run(best.deepcopy(), trainset, valset)
+            candidate, change = run(best.deepcopy(), trainset, valset)
             record = self._evaluate(
-                name, candidate, valset, kept=False, seconds=time.perf_counter() - started, change=_change(name)
+                name, candidate, valset, kept=False, seconds=time.perf_counter() - started, change=change
             )
             if record.score > state["best_score"]:
                 best, record.kept, state["best_score"] = candidate, True, record.score
@@ -138,22 +141,31 @@ class ConductorCompiler(Teleprompter):
         return phases
 
     # ---- phases --------------------------------------------------------------------------------------------------
-    def _prompt_phase(self, program: Conductor, trainset: list, valset: list) -> Conductor:
-        return self.prompt_search.compile(program, trainset=trainset, valset=valset)
+    def _prompt_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
+        searched = self.prompt_search.compile(program, trainset=trainset, valset=valset)
+        demos = len(searched.orchestrate.demos)
+        return (
+            searched,
+            f"conductor and role instructions; {demos} few-shot workflow(s) ({type(self.prompt_search).__name__})",
+        )
 
-    def _grpo_phase(self, program: Conductor, trainset: list, round_: int) -> Conductor:
+    def _grpo_phase(self, program: Conductor, trainset: list, round_: int) -> tuple[Conductor, str]:
         from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer
 
         fields = self.grpo.model_dump() if hasattr(self.grpo, "model_dump") else dict(self.grpo)
         config = GRPOConfig(**{**fields, "output_dir": self.output_dir / f"grpo-{round_}", "resume": True})
         policy = _policy_of(program)
         GRPOTrainer(config, policy, program, trainset, self.metric, logits_processor=self.logits_processor).run()
-        return program  # the policy behind the program's conductor LM was trained in place
+        # the policy behind the program's conductor LM was trained in place
+        return program, f"the conductor's LoRA weights: {config.steps} GRPO steps (curve in grpo-{round_}/)"
 
-    def _budget_phase(self, program: Conductor, trainset: list, valset: list) -> Conductor:
-        return self.budget_tuner.compile(
-            program, trainset=trainset, valset=valset, max_cost=self.max_cost, min_accuracy=self.min_accuracy
-        )
+    def _budget_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
+        tuner = self.budget_tuner
+        tuner.optimize(program, valset)
+        tuner.plot_front(self.output_dir / PARETO)
+        point = tuner.pick(max_cost=self.max_cost, min_accuracy=self.min_accuracy)
+        settings = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.params.items())
+        return tuner.apply(program, point), f"Optuna's pick (trial {point.trial}; front in {PARETO}): {settings}"
 
     # ---- evaluation, checkpoints, report -------------------------------------------------------------------------
     def _evaluate(self, phase: str, program: Conductor, valset: list, **record: Any) -> PhaseRecord:
@@ -195,15 +207,6 @@ class ConductorCompiler(Teleprompter):
             )
         (self.output_dir / "phases.md").write_text("\n".join(lines) + "\n")
         (self.output_dir / "phases.json").write_text(json.dumps(records, indent=2))
-
-
-def _change(phase: str) -> str:
-    kind = phase.split("-")[0]
-    return {
-        "prompt": "conductor and role instructions, few-shot workflows",
-        "grpo": "the conductor's LoRA weights (GRPO)",
-        "budget": "max steps, tokens per step, temperature, workers (Optuna)",
-    }[kind]
 
 
 def _policy_of(program: Conductor) -> Any:

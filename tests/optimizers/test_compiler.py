@@ -74,6 +74,23 @@ def test_a_phase_that_helps_is_kept_and_the_phase_table_is_written(tmp_path):
     assert (tmp_path / "best" / "manifest.json").exists()
 
 
+def test_a_budget_phase_plots_its_front_and_the_table_says_which_point_it_chose(tmp_path):
+    pytest.importorskip("optuna")
+    from conductor.optimizers import BudgetSpace, BudgetTuner
+
+    space = BudgetSpace(max_steps=(1, 2), max_tokens_per_step=(8, 64), temperature=None)
+    tuner = BudgetTuner(metric, space=space, n_trials=3, cost_unit="tokens")
+    compiler = ConductorCompiler(metric, output_dir=tmp_path, prompt_search=SetInstructions(HINT), budget_tuner=tuner)
+    compiled = compiler.compile(student(), trainset=EXAMPLES)
+    rows = json.loads((tmp_path / "phases.json").read_text())
+    assert [r["phase"] for r in rows] == ["start", "prompt-1", "budget"]
+    point = tuner.pick()
+    assert rows[-1]["change"].startswith(f"Optuna's pick (trial {point.trial}; front in pareto.png): max_steps=")
+    assert rows[-1]["score"] == 100.0 and not rows[-1]["kept"]  # no better than prompt-1: prompt-1's program stays
+    assert compiled.limits.max_steps == 5
+    assert (tmp_path / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_a_phase_that_hurts_is_not_kept(tmp_path):
     program = student()
     program.orchestrate.signature = program.orchestrate.signature.with_instructions(HINT)
