@@ -44,6 +44,7 @@ class ProgramSection(pydantic.BaseModel):
     pool: str = pydantic.Field("default", description="'default' (the embedded local pool) or a pool file")
     conductor: str = "smollm2-135m-instruct"
     max_steps: int = pydantic.Field(5, ge=1)
+    max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add (unconstrained only)")
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
     lora: LoraSection = LoraSection()
     grammar: bool = pydantic.Field(
@@ -133,8 +134,9 @@ class RunConfig(pydantic.BaseModel):
         spec = self.program
         if policy is None:
             lm = dspy.LM(spec.conductor, max_tokens=spec.max_tokens, temperature=0.0, cache=False)
-            return Conductor(self.pool(), lm, max_steps=spec.max_steps)
-        program = Conductor(self.pool(), policy.as_dspy_lm(max_tokens=spec.max_tokens), max_steps=spec.max_steps)
+            return Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
+        lm = policy.as_dspy_lm(max_tokens=spec.max_tokens)
+        program = Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
         if spec.grammar:
             from conductor.conductor_lm import constrain_program
 

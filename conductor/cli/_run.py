@@ -32,6 +32,12 @@ def register(commands) -> None:
         help="let a local or trained conductor write freely instead of decoding under the workflow grammar",
     )
     parser.add_argument("--max-steps", type=int, default=5)
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        default=0,
+        help="recursive rounds the conductor may add (needs --free with a local one)",
+    )
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the whole run")
     parser.add_argument("--max-cost", type=float, default=None, help="cost budget for the whole run, in dollars")
     parser.add_argument("--conductor-max-tokens", type=int, default=384)
@@ -49,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         with status.status("Loading the conductor…"):
             budget = Budget(max_tokens=args.max_tokens, max_cost=args.max_cost)
-            program = Conductor(pool, max_steps=args.max_steps, budget=budget)
+            program = Conductor(pool, max_steps=args.max_steps, max_depth=args.max_depth, budget=budget)
             program.orchestrate.lm = conductor_lm(
                 args.conductor, max_tokens=args.conductor_max_tokens, temperature=args.temperature
             )

@@ -352,6 +352,11 @@ def constrain_program(program: Any) -> None:
     program's pool and step limit, with strings sized to the LM's ``max_tokens``."""
     lm = program.orchestrate.lm
     policy = getattr(getattr(lm, "engine", None), "policy", None)
+    if program.max_depth:
+        raise ConfigError(
+            "a recursive conductor (max_depth > 0) can't decode under the workflow grammar yet: the grammar has "
+            "neither the conductor's own id nor the empty lists that keep an answer; let it write freely"
+        )
     if policy is None:
         raise ConfigError("only a local or trained conductor (ConductorLM.as_dspy_lm) decodes under the grammar")
     lm.engine.logits_processor = constraint_factory(policy, lm.kwargs["max_tokens"])(program)

@@ -2,7 +2,7 @@
 
 Folder layout::
 
-    manifest.json     format and library versions, the conductor LM, the task signature, max steps, budget,
+    manifest.json     format and library versions, the conductor LM, the task signature, max steps and depth, budget,
                       roles (import paths of built-ins, instructions of all) and whatever ``extra_manifest`` adds
     pool.json         the pool's config (``PoolSpec``): API keys are named by environment variable, never stored
     program.json      DSPy's own state of every predictor (instructions and demos), LMs left out
@@ -104,6 +104,7 @@ def _manifest(program: Conductor, lm: dspy.BaseLM, extra: dict[str, Any]) -> dic
         "conductor_lm": _describe_lm(lm),
         "signature": _signature_text(program.signature),
         "max_steps": program.limits.max_steps,
+        "max_depth": program.max_depth,
         "budget": dataclasses.asdict(program.executor.budget),
         "fallback": program.fallback,
         "max_question_chars": program.max_question_chars,
@@ -247,6 +248,7 @@ def load_program(path: str | Path) -> Conductor:
         lm,
         signature=manifest["signature"],
         max_steps=manifest["max_steps"],
+        max_depth=manifest.get("max_depth", 0),
         roles=[_load_role(role) for role in manifest["roles"]],
         budget=Budget(**manifest["budget"]),
         fallback=manifest["fallback"],

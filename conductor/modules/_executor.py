@@ -26,9 +26,9 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import dspy
@@ -54,6 +54,17 @@ class Budget:
     max_tokens: int | None = None
     max_cost: float | None = None
     max_tokens_per_step: int | None = None  # caps each worker's own max_tokens
+
+    def remaining(self, spent: Sequence[StepTrace]) -> Budget:
+        """What is left once the steps ``spent`` ran: the budget of a later round of the same run (a recursive round
+        of the Conductor), so that all its rounds together stay within this one."""
+        tokens = sum(s.prompt_tokens + s.completion_tokens for s in spent)
+        return replace(
+            self,
+            max_steps=None if self.max_steps is None else max(self.max_steps - len(spent), 0),
+            max_tokens=None if self.max_tokens is None else max(self.max_tokens - tokens, 0),
+            max_cost=None if self.max_cost is None else max(self.max_cost - sum(s.cost for s in spent), 0.0),
+        )
 
 
 @dataclass

@@ -38,8 +38,8 @@ class PoolProgram(dspy.Module):
 
     Every such program returns a ``dspy.Prediction`` with the user's output field(s) (read from the last step's
     response by ``extract_answer``), ``workflow``, ``trace`` (one ``StepTrace`` per step), ``tokens``, ``cost``,
-    ``response`` (the raw answer text), ``conductor_text`` (``""`` without a conductor) and ``error``
-    (a ``RunError`` or ``None``).
+    ``response`` (the raw answer text), ``conductor_text`` (``""`` without a conductor), ``rounds`` (the conductor's
+    rounds, ``[]`` without a conductor) and ``error`` (a ``RunError`` or ``None``).
 
     Args:
         pool: the workers, addressed by index.
@@ -91,8 +91,15 @@ class PoolProgram(dspy.Module):
             )
         return question
 
-    def make_prediction(self, result: RunResult, workflow: Workflow | None, text: str = "") -> dspy.Prediction:
-        """The prediction every method returns; ``text`` is the conductor's raw output, if there was a conductor."""
+    def make_prediction(
+        self,
+        result: RunResult,
+        workflow: Workflow | None,
+        text: str = "",
+        rounds: Sequence[dspy.Prediction] = (),
+    ) -> dspy.Prediction:
+        """The prediction every method returns; ``text`` is the conductor's raw output and ``rounds`` its rounds'
+        predictions, if there was a conductor."""
         outputs = {}
         for name, output in self.signature.output_fields.items():
             raw = result.answer or ""
@@ -105,5 +112,6 @@ class PoolProgram(dspy.Module):
             cost=result.cost,
             response=result.answer,
             conductor_text=text,
+            rounds=list(rounds),
             error=result.error,
         )

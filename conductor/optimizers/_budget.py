@@ -1,10 +1,10 @@
 """``BudgetTuner``: Optuna's two-objective search over a Conductor's budgets, giving a quality/cost Pareto front.
 
 Each trial configures a copy of the program (``apply``): the most steps a workflow may have, the most tokens a step
-may write, the conductor's sampling temperature and, optionally, which workers the pool offers. It runs the copy on
-the validation set and records accuracy (maximised) and cost per question (minimised: dollars from the pool's
-prices, or worker tokens). The user then picks a point by a constraint: ``pick(max_cost=0.01)`` is the best accuracy
-under a cent a question.
+may write, the conductor's sampling temperature and, optionally, how many recursive rounds the conductor may add and
+which workers the pool offers. It runs the copy on the validation set and records accuracy (maximised) and cost per
+question (minimised: dollars from the pool's prices, or worker tokens). The user then picks a point by a constraint:
+``pick(max_cost=0.01)`` is the best accuracy under a cent a question.
 
 Studies live in any Optuna storage (``sqlite:///study.db``) and resume: a later ``optimize`` adds trials to the same
 study. A stored study made with another search space or cost unit is refused before anything is written to it, since
@@ -40,9 +40,9 @@ class BudgetSpace(pydantic.BaseModel):
     """The inclusive ranges a ``BudgetTuner`` searches; ``None`` leaves a dimension out of the search.
     ``max_tokens_per_step`` is searched on a log scale.
 
-    ``cost_penalty`` (a ``RewardConfig`` penalty per dollar) and ``recursion_depth`` change nothing a trial
-    evaluates: the first matters when training, the second once the Conductor can call itself (it can't yet). They
-    are searched only when asked for, and recorded with each point for the trainer and the future Conductor.
+    ``recursion_depth`` is the Conductor's ``max_depth``. ``cost_penalty`` (a ``RewardConfig`` penalty per dollar)
+    changes nothing a trial evaluates: it matters when training, and is recorded with each point for the trainer.
+    Both are searched only when asked for.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -258,6 +258,8 @@ class BudgetTuner(Teleprompter):
             executor.budget = dataclasses.replace(executor.budget, max_tokens_per_step=params["max_tokens_per_step"])
         if len(kept) < len(names):
             configured.pool = executor.pool = _subpool(configured.pool, kept)
+        if "recursion_depth" in params:
+            configured.max_depth = params["recursion_depth"]
         if "temperature" in params:
             configured.orchestrate.config = {**configured.orchestrate.config, "temperature": params["temperature"]}
         return configured

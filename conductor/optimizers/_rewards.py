@@ -3,14 +3,15 @@
 0 when the conductor's text is not a usable workflow (even if a fallback answered), ``wrong`` when it ran but the
 user's metric says wrong, ``right`` when right; a metric in [0, 1] interpolates between the two, and a metric that
 raises gives 0 (recorded, never fatal). Penalties for
-cost, tokens and steps are subtracted so that the same accuracy at lower cost earns more.
+cost, tokens and steps are subtracted so that the same accuracy at lower cost earns more. A run that recursed earns
+a mix of its first round's reward and its final one (``recursive_reward``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dspy
@@ -31,6 +32,9 @@ class RewardConfig(pydantic.BaseModel):
     cost_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per dollar spent by the workers")
     token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens")
     step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run")
+    first_round_weight: float = pydantic.Field(
+        0.25, ge=0, le=1, description="the weight of a recursed run's first-round reward, the final one's being 1"
+    )
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,34 @@ class Reward:
     tokens: int
     cost: float
     error: str | None = None
+    first_round: float | None = None
+    """When the run recursed: what its first round's answer alone would have earned."""
+    final_round: float | None = None
+    """When the run recursed: what its final answer earned (steps, tokens and cost of all rounds)."""
 
 
 def score(example: dspy.Example, prediction: dspy.Prediction, metric: Metric, config: RewardConfig) -> Reward:
-    """The reward of ``prediction`` (a ``Conductor`` output) for ``example``."""
+    """The reward of ``prediction`` (a ``Conductor`` output) for ``example``; ``recursive_reward`` when it recursed."""
+    final = _score_answer(example, prediction, metric, config)
+    rounds = prediction.get("rounds") or ()
+    if len(rounds) < 2:
+        return final
+    return recursive_reward(_score_answer(example, rounds[0], metric, config), final, config.first_round_weight)
+
+
+def recursive_reward(first: Reward, final: Reward, first_round_weight: float) -> Reward:
+    """The reward of a run that recursed: ``(w * r_first + r_final) / (1 + w)`` with ``w = first_round_weight``.
+
+    Our reading of the paper's "the first round's reward is discounted (0.2-0.25)": the first round's answer still
+    earns, at weight ``w`` against the final answer's 1, so a recursive round pays when it improves the answer and
+    costs when it spoils a right one. The other parts (penalty, steps, ...) are the final answer's.
+    """
+    value = (first_round_weight * first.value + final.value) / (1 + first_round_weight)
+    return replace(final, value=value, first_round=first.value, final_round=final.value)
+
+
+def _score_answer(example: dspy.Example, prediction: dspy.Prediction, metric: Metric, config: RewardConfig) -> Reward:
+    """The reward of ``prediction``'s own answer, as if the run had ended with it."""
     error = prediction.error
     steps, tokens, cost = len(prediction.trace), prediction.tokens, prediction.cost
     penalty = config.cost_penalty * cost + config.token_penalty * tokens / 1000 + config.step_penalty * steps

@@ -1,6 +1,6 @@
 """Worker roles and the conductor's signature, as DSPy signatures."""
 
-from conductor.signatures._orchestrate import Orchestrate
+from conductor.signatures._orchestrate import Orchestrate, Revise
 from conductor.signatures._roles import (
     BUILTIN_ROLES,
     ROLE_INPUTS,
@@ -20,6 +20,7 @@ __all__ = [
     "Orchestrate",
     "Plan",
     "Refine",
+    "Revise",
     "Solve",
     "Verify",
     "role_name",

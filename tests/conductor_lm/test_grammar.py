@@ -204,6 +204,22 @@ def test_constrained_sampling_writes_only_runnable_workflows(tiny: ConductorLM) 
     assert len({s.text for s in samples}) == len(samples)
 
 
+@needs_xgrammar
+def test_constrain_program_fits_the_pool_and_refuses_what_the_grammar_cannot_express(tiny: ConductorLM) -> None:
+    from conductor.conductor_lm import constrain_program
+    from conductor.modules import Conductor, WorkerPool
+    from conductor.testing import ScriptedWorker
+
+    pool = WorkerPool([ScriptedWorker("a", lambda p: "1"), ScriptedWorker("b", lambda p: "2")])
+    program = Conductor(pool, tiny.as_dspy_lm(max_tokens=96), max_steps=2)
+    constrain_program(program)
+    assert program.orchestrate.lm.engine.logits_processor.format == WorkflowFormat(2, 2).fit(96)
+    with pytest.raises(ConfigError, match="recursive conductor"):
+        constrain_program(Conductor(pool, tiny.as_dspy_lm(max_tokens=96), max_depth=1))
+    with pytest.raises(ConfigError, match="only a local or trained conductor"):
+        constrain_program(Conductor(pool, max_steps=2))
+
+
 CONDUCTOR_PROMPT = """You coordinate three workers, Model 0, Model 1 and Model 2. Split the question into steps: \
 give each step a worker, a short instruction, and the earlier steps it sees ("all" or []). Answer like this:
 model_id = [0, 1]

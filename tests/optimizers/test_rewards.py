@@ -49,3 +49,28 @@ def test_a_metric_that_raises_gives_reward_zero_and_says_why():
 
     reward = score(EXAMPLE, prediction(), broken, RewardConfig())
     assert reward.value == 0.0 and reward.metric is None and "KeyError" in reward.error
+
+
+def recursed(first: dspy.Prediction, final: dspy.Prediction) -> dspy.Prediction:
+    """``final`` as the prediction of a run whose first round gave ``first``."""
+    return dspy.Prediction(**final.toDict(), rounds=[first, final])
+
+
+@pytest.mark.parametrize(
+    "first, final, weight, rewards, value",
+    [
+        (prediction("5"), prediction("4"), 0.25, (0.5, 1.0), 0.9),  # the recursive round fixed the answer
+        (prediction("4"), prediction("5"), 0.25, (1.0, 0.5), 0.6),  # it spoiled a right one
+        (prediction("4"), prediction("4", RunError("format", "x")), 0.25, (1.0, 0.0), 0.2),  # it was unusable
+        (prediction("5"), prediction("4"), 0.2, (0.5, 1.0), 1.1 / 1.2),
+    ],
+)
+def test_a_recursed_run_earns_the_weighted_mean_of_its_first_and_final_rounds(first, final, weight, rewards, value):
+    reward = score(EXAMPLE, recursed(first, final), exact, RewardConfig(first_round_weight=weight))
+    assert reward.value == pytest.approx(value) and (reward.first_round, reward.final_round) == rewards
+
+
+def test_a_run_of_one_round_earns_its_own_reward():
+    single = prediction("5")
+    reward = score(EXAMPLE, dspy.Prediction(**single.toDict(), rounds=[single]), exact, RewardConfig())
+    assert reward.value == 0.5 and reward.first_round is None and reward.final_round is None

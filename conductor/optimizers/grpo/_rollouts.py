@@ -8,6 +8,8 @@ at inference (``ConductorLM.as_dspy_lm``) and its workflows are read and run exa
 2. the policy samples G completions per prompt, all examples in one batch;
 3. each completion is replayed through the same copy (an engine that answers with it): the ``WorkflowAdapter``
    parses it, the executor runs it, and ``score`` turns the prediction into a reward. Replays run in a thread pool.
+   When the workflow names the conductor (a recursive round), the engine answers the round's request with one
+   completion sampled from the policy then and there; the rollout keeps every round's sample.
 
 Everything random is seeded from the run's seed, the step and the example's place, never from global RNG drift, so
 a resumed run samples what an uninterrupted one would.
@@ -76,26 +78,38 @@ def conductor_over(program: Conductor, pool: WorkerPool) -> Conductor:
     return clone
 
 
-class _Replay:
-    """A DSPy engine that answers every request with ``text`` and keeps each request's messages, rendered as
-    ``ConductorEngine`` renders them (and stripped as it strips its answer)."""
+Answer = Callable[[int, list[dict[str, str]]], Sample]
+"""The sample to answer the conductor's request with, given the round (0: the first) and the request's messages."""
 
-    def __init__(self, text: str = "", prompt_tokens: int = 0, output_tokens: int = 0):
-        self.text = text.strip()
-        self.usage = Usage(input_tokens=prompt_tokens, output_tokens=output_tokens)
+
+class _Replay:
+    """A DSPy engine that answers each request with the sample ``answer`` gives (no ``answer``: an empty text) and
+    keeps each request's messages, rendered as ``ConductorEngine`` renders them (and stripped as it strips its
+    answer), and the samples it answered with."""
+
+    def __init__(self, answer: Answer | None = None):
+        self.answer = answer
         self.requests: list[list[dict[str, str]]] = []
+        self.samples: list[Sample] = []
 
     def lm(self) -> dspy.LM:
         return dspy.LM("conductor/replay", engine=self, cache=False, num_retries=0)
 
     def complete(self, request: Request) -> Response:
-        self.requests.append(request_messages(request))
+        messages = request_messages(request)
+        self.requests.append(messages)
+        text, usage = "", Usage()
+        if self.answer is not None:
+            sample = self.answer(len(self.requests) - 1, messages)
+            self.samples.append(sample)
+            text = sample.text.strip()
+            usage = Usage(input_tokens=len(sample.prompt_ids), output_tokens=len(sample.token_ids))
         return Response(
             id=None,
             model="conductor/replay",
-            message=Message.assistant([TextPart(self.text)]),
+            message=Message.assistant([TextPart(text)]),
             finish_reason="stop",
-            usage=self.usage,
+            usage=usage,
         )
 
     def stream(self, request: Request) -> Any:
@@ -109,19 +123,25 @@ class _Replay:
 class Rollout:
     """One sampled workflow and what running it earned.
 
-    ``workers[i]`` is the real worker the conductor saw as Model i; ``sample`` holds the prompt and completion token
-    ids the update trains on.
+    ``workers[i]`` is the real worker the conductor saw as Model i; ``samples`` hold the prompt and completion token
+    ids the update trains on: the sampled workflow's, then one per recursive round.
     """
 
     example: int
-    sample: Sample
+    samples: tuple[Sample, ...]
     workers: tuple[str, ...]
     reward: Reward
     answer: str | None
     error: str | None
 
+    @property
+    def sample(self) -> Sample:
+        """The sampled workflow (the first round's)."""
+        return self.samples[0]
+
     def record(self) -> dict[str, Any]:
-        """The JSON line ``rollouts.jsonl`` keeps for this rollout."""
+        """The JSON line ``rollouts.jsonl`` keeps for this rollout: ``text`` is the first round's, each recursive
+        round's follows in ``recursive_rounds``."""
         return {
             "example": self.example,
             "workers": list(self.workers),
@@ -130,6 +150,7 @@ class Rollout:
             "error": self.error,
             "completion_tokens": len(self.sample.token_ids),
             "text": self.sample.text,
+            "recursive_rounds": [{"completion_tokens": len(s.token_ids), "text": s.text} for s in self.samples[1:]],
         }
 
 
@@ -147,6 +168,7 @@ class RolloutBatch:
 
     @property
     def completion_tokens(self) -> int:
+        """Tokens of the first rounds' samples: those sampled in the batch that ``sample_s`` times."""
         return sum(len(r.sample.token_ids) for r in self.rollouts)
 
 
@@ -179,13 +201,16 @@ class RolloutCollector:
             if prompt is None:
                 logger.warning("step %d: example %d gives the conductor no prompt; left out", step, index)
                 continue
-            jobs.append((index, example, conductor, prompt))
-        samples = self._sample([(conductor, prompt) for _, _, conductor, prompt in jobs], step)
+            jobs.append((position, index, example, conductor, prompt))
+        samples = self._sample([(conductor, prompt) for *_, conductor, prompt in jobs], step)
         sampled = time.perf_counter()
         with ThreadPoolExecutor(self.config.max_parallel_rollouts, thread_name_prefix="grpo-rollout") as threads:
             futures = [
-                [threads.submit(self._run, index, example, conductor, sample) for sample in group]
-                for (index, example, conductor, _), group in zip(jobs, samples, strict=True)
+                [
+                    threads.submit(self._run, index, example, conductor, sample, (step, position, g))
+                    for g, sample in enumerate(group)
+                ]
+                for (position, index, example, conductor, _), group in zip(jobs, samples, strict=True)
             ]
             groups = [[future.result() for future in group] for group in futures]
         return RolloutBatch(groups, sampled - started, time.perf_counter() - sampled)
@@ -233,9 +258,28 @@ class RolloutCollector:
                 out[i] = row
         return out
 
-    def _run(self, index: int, example: dspy.Example, conductor: Conductor, sample: Sample) -> Rollout:
-        """Replay ``sample`` through ``conductor`` (parse, validate, execute) and score the prediction."""
-        engine = _Replay(sample.text, len(sample.prompt_ids), len(sample.token_ids))
+    def _run(
+        self, index: int, example: dspy.Example, conductor: Conductor, sample: Sample, place: tuple[int, int, int]
+    ) -> Rollout:
+        """Replay ``sample`` through ``conductor`` (parse, validate, execute, recursive rounds) and score the
+        prediction. ``place`` is ``(step, position of the example in the step, index of the sample in its group)``:
+        a recursive round's sample is seeded from it and the round."""
+
+        def answer(round_: int, messages: list[dict[str, str]]) -> Sample:
+            if round_ == 0:
+                return sample
+            (recursed,) = self.policy.sample(
+                [messages],
+                1,
+                max_new_tokens=self.config.max_new_tokens,
+                temperature=self.config.temperature,
+                top_p=self.config.top_p,
+                seed=derive_seed(self.config.seed, "recurse", *place, round_),
+                # no logits processor: the workflow grammar allows neither empty lists nor the conductor's own id
+            )[0]
+            return recursed
+
+        engine = _Replay(answer)
         with dspy.context(lm=engine.lm(), disable_history=True):
             prediction = conductor(**example.inputs())
         if not engine.requests:
@@ -244,7 +288,7 @@ class RolloutCollector:
         error = prediction.error
         return Rollout(
             example=index,
-            sample=sample,
+            samples=tuple(engine.samples),
             workers=tuple(conductor.pool.names),
             reward=reward,
             answer=prediction.response,

@@ -7,10 +7,10 @@ example's group and takes ``updates_per_batch`` clipped-surrogate steps on them 
 
 Why not TRL's ``GRPOTrainer`` (the design's first choice; TRL 1.16 and transformers 5.24 as installed):
 
-- Recursion can't be expressed: a recursive rollout is two or more conductor completions, the second prompted with
-  the first one's *executed* answer, each trained with its own reward (the first discounted). TRL's unit is one
-  completion per rollout with one scalar advantage (``rollout_func`` may return one completion and an
-  ``env_mask``, but not two rewards).
+- Recursion can't be expressed: a recursive rollout is two or more conductor completions, the second sampled from
+  the policy *during* execution, prompted with the first one's executed answer, and all of them are trained. TRL's
+  unit is one completion per rollout (``rollout_func`` may return one completion and an ``env_mask``, not two
+  completions with their own prompts).
 - Its checkpoints are not crash-safe: ``Trainer._save_checkpoint`` writes model, optimizer, scheduler and RNG files
   one by one into ``checkpoint-N`` in place, and ``resume_from_checkpoint=True`` picks the highest-numbered folder
   (``get_last_checkpoint``), so a run killed during a save resumes from a half-written checkpoint. Our requirement
@@ -228,7 +228,8 @@ class GRPOTrainer:
         With ``beta == 0`` a rollout whose advantage is 0 (every rollout of a group that scored alike) adds nothing
         to the gradient, so only the others are scored: the same update for less compute. The old log-probs (of the
         weights that sampled) are the new ones detached when there is one update per batch, where they are equal,
-        else a pass without gradient before the first update.
+        else a pass without gradient before the first update. Every sample of a rollout (its recursive rounds' too) is
+        a sequence trained with the rollout's advantage.
         """
         config, rollouts = self.config, batch.rollouts
         if rollouts and all(not r.reward.format_ok for r in rollouts):
@@ -236,15 +237,17 @@ class GRPOTrainer:
         rewards = torch.tensor([[r.reward.value for r in group] for group in batch.groups], dtype=torch.float32)
         advantages = group_advantages(rewards, config.advantage_eps).flatten() if batch.groups else rewards.flatten()
         active = [i for i, a in enumerate(advantages.tolist()) if a != 0 or config.beta > 0]
-        prompts = [rollouts[i].sample.prompt_ids for i in active]
-        completions = [rollouts[i].sample.token_ids for i in active]
+        sequences = [(i, sample) for i in active for sample in rollouts[i].samples]  # (rollout, sample)
+        prompts = [sample.prompt_ids for _, sample in sequences]
+        completions = [sample.token_ids for _, sample in sequences]
         old = ref = None
-        if active and config.updates_per_batch > 1:
+        if sequences and config.updates_per_batch > 1:
             old = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
-        if active and config.beta > 0:
+        if sequences and config.beta > 0:
             with self.policy.model.disable_adapter():
                 ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
-        chunks = [c.tolist() for c in np.array_split(np.arange(len(active)), config.grad_accumulation) if len(c)]
+        chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), config.grad_accumulation) if len(c)]
+        total = sum(len(r.samples) for r in rollouts)
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
         self.policy.train()
         try:
@@ -260,17 +263,17 @@ class GRPOTrainer:
                     out = grpo_loss(
                         logprobs,
                         pad([old[j] for j in chunk])[0] if old is not None else logprobs.detach(),
-                        advantages[[active[j] for j in chunk]],
+                        advantages[[sequences[j][0] for j in chunk]],
                         mask,
                         clip=config.clip,
                         beta=config.beta,
                         ref_logprobs=pad([ref[j] for j in chunk])[0] if ref is not None else None,
                     )
-                    share = len(chunk) / len(rollouts)  # the loss is a mean over all rollouts, inactive ones too
+                    share = len(chunk) / total  # the loss is a mean over all sequences, inactive ones too
                     (out.loss * share).backward()
                     sums["loss"] += out.loss.item() * share
-                    sums["kl"] += out.kl * len(chunk) / len(active)
-                    sums["clip_fraction"] += out.clip_fraction * len(chunk) / len(active)
+                    sums["kl"] += out.kl * len(chunk) / len(sequences)
+                    sums["clip_fraction"] += out.clip_fraction * len(chunk) / len(sequences)
                 sums["grad_norm"] += self._optimizer_step()
         finally:
             self.policy.eval()
