@@ -178,6 +178,35 @@ def conductor_lm(model: str, max_tokens: int, temperature: float) -> dspy.LM:
     return from_command_line(model, max_tokens=max_tokens, temperature=temperature)
 
 
+class _ProgramArgs(_Spec):
+    path: str = pydantic.Field(min_length=1, description="a saved program folder (Conductor.save, conductor compile)")
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _folder(cls, path: str, info: pydantic.ValidationInfo) -> str:
+        folder = _resolve(Path(path), info)
+        if not folder.is_dir():
+            raise ValueError(f"{folder} is not a saved program folder")
+        return str(folder)
+
+
+def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budget) -> Conductor:
+    """The saved program (its conductor LM, prompts, demos and limits) run over the experiment's ``pool``, so that it
+    is compared with the other methods on the same workers; the pools must have the same size (workers are chosen
+    by number)."""
+    from conductor.deploy import load_program
+
+    program = load_program(args.path)
+    if len(program.pool) != len(pool):
+        raise ConfigError(
+            f"{args.path} was saved with {len(program.pool)} workers; this experiment's pool has {len(pool)}"
+        )
+    program.pool.close()
+    program.pool = program.executor.pool = pool
+    program.executor.budget = budget
+    return program
+
+
 Builder = Callable[..., PoolProgram]
 """``(pool, args, seed, **options) -> program``; ``options`` are ``PoolProgram``'s (``budget``)."""
 
@@ -199,6 +228,7 @@ METHODS: dict[str, MethodType] = {
         _ConductorArgs,
         lambda pool, a, seed, **o: Conductor(pool, _lm(a), max_steps=a.max_steps, fallback=a.fallback, **o),
     ),
+    "program": MethodType(_ProgramArgs, saved_program),
     "router": MethodType(_RouterArgs, lambda pool, a, seed, **o: OneStepRouter(pool, _lm(a), fallback=a.fallback, **o)),
     "single": MethodType(_SingleArgs, lambda pool, a, seed, **o: SingleWorker(pool, a.worker, **o)),
     "self_consistency": MethodType(

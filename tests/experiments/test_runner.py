@@ -193,6 +193,24 @@ def test_conductor_methods_get_their_lm_by_name(tmp_path, monkeypatch):
     assert all(r["correct"] == 1.0 and r["calls"] == 1 and r["error_kind"] is None for r in records)
 
 
+def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
+    from conductor.modules import Conductor, WorkerPool
+    from tests.deploy.helpers import fixed_lm
+
+    title = {"kind": "tool", "tool": "string:capwords"}
+    saved_pool = WorkerPool.from_config({"workers": [{"name": "a", **title}, {"name": "b", **title}]})
+    workflow = 'model_id = [1]\nsubtasks = ["Solve it."]\naccess_list = [[]]'  # worker 1: "flaky" in the experiment
+    Conductor(saved_pool, fixed_lm(workflow), max_steps=1).save(tmp_path / "saved")
+    data = _config(tmp_path, n=2)
+    data["methods"] = [{"name": "saved", "type": "program", "args": {"path": "saved"}}]
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert len(records) == 8 and _calls()["flaky"] == 8 and _calls()["oracle"] == 0
+    assert all(r["correct"] == 1.0 for r in records)
+
+    with pytest.raises(ConfigError, match="is not a saved program folder"):
+        validate_config({**data, "methods": [{"name": "x", "type": "program", "args": {"path": "nowhere"}}]}, tmp_path)
+
+
 # ---- running and resuming ------------------------------------------------------------------------------------------
 def test_a_worker_failure_is_that_units_failure(tmp_path):
     records = run_benchmark(validate_config(_config(tmp_path), base_dir=tmp_path), progress=False)
