@@ -293,10 +293,11 @@ def sequence_logprobs(
 ) -> list[torch.Tensor]:
     """Per-token log-probs of each completion after its prompt under the current weights (teacher forcing).
 
-    Rows are left-padded with the position ids ``generate`` uses, and only the completion positions' logits are
-    computed when the model supports ``logits_to_keep``. The model's train/eval mode is left as it is (LoRA dropout
-    applies in train mode). Returns one float32 tensor per completion, on the model's device, with a graph when
-    ``grad``.
+    Completions that share a prompt (a GRPO group) share one pass over it: the prompt's keys and values are computed
+    once and repeated for each completion, so the cost is one prompt plus the completions rather than a prompt per
+    completion (with a 330-token prompt and 30-token workflows, about a fifth of the tokens). ``batch_size`` bounds
+    the completions in one pass. The model's train/eval mode is left as it is (LoRA dropout applies in train mode).
+    Returns one float32 tensor per completion, on the model's device, with a graph when ``grad``.
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -304,23 +305,51 @@ def sequence_logprobs(
         raise ConductorError("a prompt has no tokens")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    device = next(model.parameters()).device
-    keep_logits = _accepts_logits_to_keep(model)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(tuple(prompt), []).append(i)
     step = batch_size or max(len(prompts), 1)
-    out: list[torch.Tensor] = []
+    out: list[torch.Tensor | None] = [None] * len(prompts)
+    device = next(model.parameters()).device
     with torch.enable_grad() if grad else torch.no_grad():
-        for start in range(0, len(prompts), step):
-            chunk_p, chunk_c = prompts[start : start + step], completions[start : start + step]
-            rows = [list(p) + list(c) for p, c in zip(chunk_p, chunk_c, strict=True)]
-            ids, mask = _left_pad(rows, pad_id, device)
-            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-            longest = max(len(c) for c in chunk_c)
-            kwargs = {"logits_to_keep": longest + 1} if keep_logits else {}
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, **kwargs).logits
-            logits = logits[:, -(longest + 1) : -1].float()  # position t predicts token t+1
-            if temperature != 1.0:
-                logits = logits / temperature
-            targets = ids[:, ids.shape[1] - longest :]
-            token_logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-            out.extend(token_logprobs[i, longest - len(c) :] for i, c in enumerate(chunk_c))
-    return out
+        for prompt, members in groups.items():
+            for i in members:
+                if not completions[i]:
+                    out[i] = torch.zeros(0, device=device)
+            members = [i for i in members if completions[i]]
+            for start in range(0, len(members), step):
+                chunk = members[start : start + step]
+                rows = _shared_prompt_logprobs(model, prompt, [completions[i] for i in chunk], pad_id, temperature)
+                for i, row in zip(chunk, rows, strict=True):
+                    out[i] = row
+    return out  # type: ignore[return-value]
+
+
+def _shared_prompt_logprobs(
+    model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]], pad_id: int, temperature: float
+) -> list[torch.Tensor]:
+    """The log-probs of each of ``completions`` after the one ``prompt``: a pass over the prompt with its cache
+    kept, the cache repeated once per completion, then one pass over the (right-padded) completions."""
+    device = next(model.parameters()).device
+    keep = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+    head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **keep)
+    logits = head.logits[:, -1:].expand(len(completions), -1, -1)  # the prompt's last position predicts token 0
+    longest = max(len(c) for c in completions)
+    targets = torch.full((len(completions), longest), pad_id, dtype=torch.long)
+    for i, completion in enumerate(completions):
+        targets[i, : len(completion)] = torch.tensor(list(completion), dtype=torch.long)
+    targets = targets.to(device)
+    if longest > 1:  # tokens 0..n-2 predict tokens 1..n-1; right padding is never attended to by a real token
+        name = "cache" if "cache" in head else "past_key_values"  # transformers 5 renamed it
+        cache = head[name]
+        cache.batch_repeat_interleave(len(completions))
+        inputs = targets[:, :-1]
+        positions = torch.arange(len(prompt), len(prompt) + longest - 1, device=device).expand(len(completions), -1)
+        mask = torch.ones((len(completions), len(prompt) + longest - 1), dtype=torch.long, device=device)
+        tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **{name: cache})
+        logits = torch.cat([logits, tail.logits], dim=1)
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    token_logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    return [token_logprobs[i, : len(c)] for i, c in enumerate(completions)]

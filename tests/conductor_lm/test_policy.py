@@ -73,6 +73,28 @@ def test_sampling_logprobs_equal_sequence_logprobs(tiny: ConductorLM, temperatur
     assert isinstance(one, torch.Tensor) and one.shape == (len(samples[0].token_ids),)
 
 
+def test_completions_sharing_a_prompt_score_and_train_as_if_scored_alone(tiny: ConductorLM) -> None:
+    _train(tiny, tiny.encode(PROMPTS[0]), tiny.tokenizer("abc", add_special_tokens=False)["input_ids"], steps=2)
+    prompt = tiny.encode(PROMPTS[0])
+    texts = ["a", "model_id = [1]", "x y", ""]  # uneven lengths (right padding) and an empty one
+    completions = [tiny.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    def gradients(scores: list[torch.Tensor]) -> list[torch.Tensor]:
+        tiny.model.zero_grad()
+        torch.stack([s.sum() for s in scores]).sum().backward()
+        return [p.grad.clone() for p in tiny.trainable_parameters()]
+
+    together = tiny.sequence_logprobs([prompt] * len(texts), completions, grad=True)
+    alone = [tiny.sequence_logprobs(prompt, c, grad=True) for c in completions]
+    assert [len(t) for t in together] == [len(c) for c in completions]
+    for a, b in zip(together, alone, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(gradients(together), gradients(alone), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    chunked = tiny.sequence_logprobs([prompt] * len(texts), completions, batch_size=2)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(chunked, together, strict=True))
+
+
 def test_top_p_logprobs_are_those_of_the_truncated_distribution(tiny: ConductorLM) -> None:
     samples = _flat(tiny.sample(PROMPTS, 2, max_new_tokens=8, top_p=0.3, seed=1))
     full = tiny.sequence_logprobs([s.prompt_ids for s in samples], [s.token_ids for s in samples])
