@@ -192,9 +192,10 @@ def generate_samples(
 ) -> list[list[Sample]]:
     """``n`` samples for each tokenised prompt; ``temperature`` 0 or ``None`` decodes greedily.
 
-    Every prompt is repeated ``n`` times and the rows run in left-padded batches of ``batch_size`` (all at once when
-    ``None``). The same seed, prompts and ``batch_size`` give the same samples. Greedy log-probs are those of the
-    temperature-1 distribution (after any custom processor).
+    With ``n > 1`` each prompt's ``n`` rows share one pass over the prompt (its cache computed once and repeated,
+    as ``sequence_logprobs`` does), in batches of at most ``batch_size`` rows; with ``n == 1`` the prompts run in
+    left-padded batches of ``batch_size`` (all at once when ``None``). The same seed, prompts and ``batch_size``
+    give the same samples. Greedy log-probs are those of the temperature-1 distribution (after any custom processor).
     """
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"n and max_new_tokens must be at least 1, got n={n}, max_new_tokens={max_new_tokens}")
@@ -203,8 +204,11 @@ def generate_samples(
     if any(len(p) == 0 for p in prompts):
         raise ConductorError("a prompt has no tokens")
     greedy = temperature is None or temperature <= 0
-    rows = [list(p) for p in prompts for _ in range(n)]
-    step = batch_size or len(rows)
+    step = batch_size or len(prompts) * n
+    if n == 1:
+        batches = [([list(p) for p in prompts[i : i + step]], False) for i in range(0, len(prompts), step)]
+    else:
+        batches = [([list(p)] * min(step, n - i), True) for p in prompts for i in range(0, n, step)]
     device = next(model.parameters()).device
     options: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
@@ -225,8 +229,7 @@ def generate_samples(
         with torch.random.fork_rng(devices=devices, enabled=seed is not None), torch.no_grad():
             if seed is not None:
                 torch.manual_seed(seed)
-            for start in range(0, len(rows), step):
-                chunk = rows[start : start + step]
+            for chunk, shared in batches:
                 recorder = _LogprobRecorder()
                 processors = LogitsProcessorList(_processors(logits_processor))
                 if not greedy and temperature != 1.0:
@@ -236,12 +239,14 @@ def generate_samples(
                 processors.append(recorder)
                 input_ids, attention_mask = _left_pad(chunk, pad_id, device)
                 stopping = StoppingCriteriaList([_StopOnText(tokenizer, stop, input_ids.shape[1])] if stop else [])
+                prefix = _prompt_cache(model, chunk[0], len(chunk)) if shared and len(chunk[0]) > 1 else {}
                 output = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     logits_processor=processors,
                     stopping_criteria=stopping,
                     **options,
+                    **prefix,
                 )
                 new = output[:, input_ids.shape[1] :]
                 logprobs = recorder.finish(new).cpu()
@@ -250,6 +255,28 @@ def generate_samples(
     finally:
         model.train(was_training)
     return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def _prompt_cache(model: Any, prompt: Sequence[int], rows: int) -> dict[str, Any]:
+    """The cache of all but the last token of ``prompt``, repeated for ``rows`` rows, as ``generate``'s keyword
+    argument: generation then runs only the last prompt token and the new ones."""
+    device = next(model.parameters()).device
+    head = model(input_ids=torch.tensor([list(prompt[:-1])], device=device), use_cache=True, **_one_logit(model))
+    name = _cache_name(head)
+    cache = head[name]
+    cache.batch_repeat_interleave(rows)
+    return {name: cache}
+
+
+def _cache_name(output: Any) -> str:
+    """Where a model output keeps its cache, which is also the forward's keyword for it (transformers 5 renamed
+    ``past_key_values`` to ``cache``)."""
+    return "cache" if "cache" in output else "past_key_values"
+
+
+def _one_logit(model: Any) -> dict[str, int]:
+    """Keep only the last position's logits, where the model allows it (a pass over a prompt needs no others)."""
+    return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
 
 
 def _sample(
@@ -331,8 +358,7 @@ def _shared_prompt_logprobs(
     """The log-probs of each of ``completions`` after the one ``prompt``: a pass over the prompt with its cache
     kept, the cache repeated once per completion, then one pass over the (right-padded) completions."""
     device = next(model.parameters()).device
-    keep = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
-    head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **keep)
+    head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **_one_logit(model))
     logits = head.logits[:, -1:].expand(len(completions), -1, -1)  # the prompt's last position predicts token 0
     longest = max(len(c) for c in completions)
     targets = torch.full((len(completions), longest), pad_id, dtype=torch.long)
@@ -340,7 +366,7 @@ def _shared_prompt_logprobs(
         targets[i, : len(completion)] = torch.tensor(list(completion), dtype=torch.long)
     targets = targets.to(device)
     if longest > 1:  # tokens 0..n-2 predict tokens 1..n-1; right padding is never attended to by a real token
-        name = "cache" if "cache" in head else "past_key_values"  # transformers 5 renamed it
+        name = _cache_name(head)
         cache = head[name]
         cache.batch_repeat_interleave(len(completions))
         inputs = targets[:, :-1]
