@@ -54,7 +54,8 @@ def choice_index(text: str, options: Sequence[str]) -> int | None:
     """Which of ``options`` (labelled by ``option_labels``) the reply picks, or None if it picks none clearly.
 
     Looks at the reply's answer (its last "Answer:" line, else all of it) and accepts, in this order: an option's
-    exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text"); a label after
+    exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text", but not the first of
+    several lines that list options, as a model echoing the question writes them); a label after
     "answer is", "option" or "choice" anywhere in the reply (the last one wins); the one option whose text the
     answer contains (an option inside a longer contained one doesn't count).
     """
@@ -66,7 +67,8 @@ def choice_index(text: str, options: Sequence[str]) -> int | None:
         return normalised.index(reply)
     label = _label_pattern(labels)
     alone = re.fullmatch(rf"\(?({label})\)?[.):]?", answer, re.IGNORECASE)
-    leading = alone or re.match(rf"\(?({label})\)?[.):\]]", answer)
+    listed = {m.upper() for m in re.findall(rf"(?m)^\s*\(?({label})\)?[.):\]]", answer)}
+    leading = alone or (len(listed) < 2 and re.match(rf"\(?({label})\)?[.):\]]", answer))  # not an echoed list
     if leading:
         return labels.index(leading.group(1).upper())
     stated = re.findall(rf"\b(?i:answer|option|choice)(?:\s+is)?\s*[:=-]?\s*\(?({label})\)?(?!\w)", text)

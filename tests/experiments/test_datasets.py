@@ -202,6 +202,8 @@ def test_choice_index_prefers_an_option_text_to_a_label_and_needs_a_clear_pick()
     assert choice_index("A", ["B", "A"]) == 1
     assert choice_index("The answer is Not wrong, Not wrong", ["Wrong, Not wrong", "Not wrong, Not wrong"]) == 1
     assert choice_index("A bird", ["x", "y"]) is None
+    assert choice_index("A. falling wages\nB. rising wages\nC. more", ["falling wages", "rising wages", "x"]) is None
+    assert choice_index("B. rising wages\nIt rises.", ["falling wages", "rising wages"]) == 1
     assert choice_index("Answer: 27", [str(n) for n in range(100, 130)]) == 26  # past 26 options, labels are numbers
 
 
