@@ -1,12 +1,15 @@
 """``conductor compile CONFIG``: the full recipe (``ConductorCompiler``) on the config's train and validation splits.
 
 Few-shot workflow search, GRPO when the config has a ``grpo`` section and a trainable conductor, and Optuna budgets
-when ``compile.budget_trials`` > 0; then the phase table. Running it again with the same ``output_dir`` resumes.
+when ``compile.budget_trials`` > 0; then the phase table, and the uncompiled and compiled program scored on the test
+split (``held_out.md``). Running it again with the same ``output_dir`` resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from conductor.cli._common import console, fail, status
 from conductor.errors import ConductorError
@@ -17,6 +20,9 @@ def register(commands) -> None:
     parser = commands.add_parser("compile", help="prompt search, GRPO and budgets on a config; print the phase table")
     parser.add_argument("config", metavar="CONFIG", help="a run config (YAML)")
     parser.add_argument("--threads", type=int, default=1, help="questions evaluated at once")
+    parser.add_argument(
+        "--no-test", action="store_true", help="skip scoring the uncompiled and compiled program on the test split"
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -57,9 +63,36 @@ def handle(args: argparse.Namespace) -> int:
             num_threads=args.threads,
         )
         with status.status(f"Compiling into {config.output_dir} (phases run one after another)…"):
-            compiler.compile(student, trainset=splits.train, valset=splits.val)
+            best = compiler.compile(student, trainset=splits.train, valset=splits.val)
+        console.print((config.output_dir / "phases.md").read_text(), markup=False, highlight=False)
+        status.print(f"The best program is in {config.output_dir / 'best'}")
+        if splits.test and not args.no_test:
+            held_out(config, best, splits.test, threads=args.threads)
     except ConductorError as exc:
         return fail(exc)
-    console.print((config.output_dir / "phases.md").read_text(), markup=False, highlight=False)
-    status.print(f"The best program is in {config.output_dir / 'best'}")
     return 0
+
+
+def held_out(config: Any, best: Any, test: list, *, threads: int) -> None:
+    """Score the program as the config builds it (uncompiled: a fresh policy, since GRPO trained the student's in
+    place) and the compiled one on the test split, which no phase saw; write ``held_out.md`` and ``held_out.json``."""
+    from conductor.cli._eval import evaluate
+
+    with status.status(f"Scoring the uncompiled and the compiled program on {len(test)} held-out questions…"):
+        uncompiled = config.conductor(config.policy() if config.program.trainable else None)
+        rows = {
+            "uncompiled": evaluate(uncompiled, test, config.metric, threads=threads),
+            "compiled": evaluate(best, test, config.metric, threads=threads),
+        }
+    (config.output_dir / "held_out.json").write_text(json.dumps(rows, indent=2))
+    lines = [
+        "| program | test accuracy | n | tokens per question | $ per question | format-error rate |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {name} | {r['accuracy']:.3f} | {r['n']} | {r['tokens_per_question']:.0f} | "
+            f"{r['cost_per_question']:.6f} | {r['format_error_rate']:.3f} |"
+            for name, r in rows.items()
+        ),
+    ]
+    (config.output_dir / "held_out.md").write_text("\n".join(lines) + "\n")
+    console.print("\n".join(lines), markup=False, highlight=False)

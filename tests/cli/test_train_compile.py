@@ -122,8 +122,11 @@ def test_compile_runs_few_shot_and_grpo_and_prints_the_phase_table(
     assert main(["compile", str(config)]) == 0
     table = (tmp_path / "run" / "phases.md").read_text()
     assert [row.split("|")[1].strip() for row in table.splitlines()[2:]] == ["start", "prompt-1", "grpo-1"]
-    assert "| start |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| start |" in out and "| uncompiled |" in out and "| compiled |" in out
     assert (tmp_path / "run" / "best" / "manifest.json").exists()
+    held_out = json.loads((tmp_path / "run" / "held_out.json").read_text())
+    assert set(held_out) == {"uncompiled", "compiled"} and all(r["n"] == 1 for r in held_out.values())
 
 
 def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
