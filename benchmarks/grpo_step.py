@@ -9,6 +9,10 @@ The untrained model writes no parseable workflow, so every reward would be 0 and
 do; by default decoding is constrained to valid workflows (``WorkflowConstraint``, needs xgrammar), so rewards vary
 and the update is measured too. ``--free`` samples without the constraint.
 
+Then, in the same run, what sharing each prompt within its group saves: sampling the group as G rows that share one
+pass over the prompt against G left-padded copies of it, and scoring the group's log-probs with gradients (the
+update's forward and backward) in one call against one call per completion.
+
     .venv/bin/python benchmarks/grpo_step.py [--examples 2] [--group 4] [--max-new-tokens 192] [--steps 2] [--free]
 """
 
@@ -82,7 +86,42 @@ def main() -> None:
                 f"{end - began:>10.2f} {metrics.completion_tokens:>7} {metrics.tokens_per_s:>6.1f} "
                 f"{metrics.rollouts / (end - began) * 60:>13.1f}"
             )
+        conductor = trainer.rollouts._conductor(1, 0)
+        prompt = policy.encode(trainer.rollouts._prompt(conductor, trainset[0]))
+        processor = grammar(conductor) if grammar else None
+        _compare_sharing(policy, prompt, args.group, args.max_new_tokens, processor)
         trainer.cleanup()
+
+
+def _compare_sharing(policy: ConductorLM, prompt: list[int], group: int, max_new_tokens: int, processor) -> None:
+    """Time one group with its prompt shared and with a copy of the prompt per completion."""
+    options = {"max_new_tokens": max_new_tokens, "temperature": 1.0, "seed": 0, "logits_processor": processor}
+    began = time.perf_counter()
+    samples = policy.sample([prompt], group, **options)[0]
+    shared_sampling = time.perf_counter() - began
+    began = time.perf_counter()
+    policy.sample([prompt] * group, 1, **options)  # n=1: G left-padded rows, each with its own pass over the prompt
+    copied_sampling = time.perf_counter() - began
+    completions = [list(s.token_ids) for s in samples]
+
+    def score(calls: list[list[int]]) -> float:
+        began = time.perf_counter()
+        scored = [
+            lp
+            for c in calls
+            for lp in policy.sequence_logprobs([prompt] * len(c), [completions[i] for i in c], grad=True)
+        ]
+        torch.stack([lp.sum() for lp in scored]).sum().backward()
+        policy.model.zero_grad()
+        return time.perf_counter() - began
+
+    shared_scoring = score([list(range(group))])
+    copied_scoring = score([[i] for i in range(group)])
+    print(f"one group of {group} (prompt {len(prompt)} tokens, completions {sum(map(len, completions)) / group:.0f}):")
+    print(f"  sampling: shared prompt {shared_sampling:.2f} s, a copy per row {copied_sampling:.2f} s, "
+          f"ratio {copied_sampling / shared_sampling:.2f}")  # fmt: skip
+    print(f"  log-probs with gradients: shared prompt {shared_scoring:.2f} s, a call per completion "
+          f"{copied_scoring:.2f} s, ratio {copied_scoring / shared_scoring:.2f}")  # fmt: skip
 
 
 def _add(prompt: str, error: int) -> str:
