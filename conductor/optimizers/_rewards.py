@@ -29,6 +29,11 @@ class RewardConfig(pydantic.BaseModel):
     format_error: float = 0.0
     wrong: float = 0.5
     right: float = 1.0
+    failed: float | None = pydantic.Field(
+        None,
+        description="for a run that stopped with an error and no answer (a worker failed, the budget ran out); "
+        "None: like any run that executed, by the metric",
+    )
     cost_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per dollar spent by the workers")
     token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens")
     step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run")
@@ -83,6 +88,11 @@ def _score_answer(example: dspy.Example, prediction: dspy.Prediction, metric: Me
     penalty = config.cost_penalty * cost + config.token_penalty * tokens / 1000 + config.step_penalty * steps
     if error is not None and error.kind == "format":
         return Reward(config.format_error, config.format_error, 0.0, None, False, steps, tokens, cost, str(error))
+    if config.failed is not None and error is not None and not prediction.get("response"):
+        # a tool that can't take the task (a calculator given a multiple-choice question) earns less than a model
+        # that tried and was wrong: without this, routing data gives no reason to prefer the model
+        base = config.failed
+        return Reward(base - penalty, base, penalty, None, True, steps, tokens, cost, str(error))
     try:
         value = float(metric(example, prediction))
     except Exception as exc:  # a user metric failing on one rollout must not end a training run: reward 0

@@ -30,6 +30,14 @@ def test_a_run_that_failed_is_scored_by_the_metric_like_any_executed_run():
     assert reward.value == 0.5 and reward.format_ok and "worker died" in reward.error
 
 
+def test_a_failed_run_can_earn_less_than_a_wrong_answer():
+    config = RewardConfig(wrong=0.5, failed=0.0, step_penalty=0.1)
+    failed = score(EXAMPLE, prediction("", RunError("execution", "no arithmetic expression")), exact, config)
+    assert failed.value == pytest.approx(-0.2) and failed.base == 0.0 and failed.metric is None
+    assert "no arithmetic expression" in failed.error and failed.format_ok
+    assert score(EXAMPLE, prediction("5"), exact, config).value == pytest.approx(0.3)  # wrong but answered
+
+
 def test_penalties_are_subtracted_and_recorded():
     config = RewardConfig(cost_penalty=10, token_penalty=0.1, step_penalty=0.05)
     reward = score(EXAMPLE, prediction("4", steps=2, tokens=1000, cost=0.01), exact, config)
