@@ -53,7 +53,9 @@ def handle(args: argparse.Namespace) -> int:
             output_dir=config.output_dir,
             prompt_search=WorkflowFewShot(
                 config.metric, k=spec.few_shot, num_candidates=spec.candidates, num_threads=args.threads
-            ),
+            )
+            if spec.few_shot
+            else None,
             grpo=grpo,
             rounds=spec.rounds,
             budget_tuner=budget,

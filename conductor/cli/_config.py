@@ -80,7 +80,7 @@ class DataSection(pydantic.BaseModel):
 class CompileSection(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     rounds: int = pydantic.Field(1, ge=1, description="how many times prompt search and GRPO alternate")
-    few_shot: int = pydantic.Field(4, ge=1, description="the most few-shot workflows (k)")
+    few_shot: int = pydantic.Field(4, ge=0, description="the most few-shot workflows (k); 0: no prompt phase")
     candidates: int = pydantic.Field(8, ge=0, description="random few-shot sets tried")
     budget_trials: int = pydantic.Field(0, ge=0, description="Optuna budget trials; 0: no budget phase")
     budget_space: BudgetSpace = pydantic.Field(BudgetSpace(), description="what the budget trials search")

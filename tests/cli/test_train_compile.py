@@ -129,6 +129,13 @@ def test_compile_runs_few_shot_and_grpo_and_prints_the_phase_table(
     assert set(held_out) == {"uncompiled", "compiled"} and all(r["n"] == 1 for r in held_out.values())
 
 
+def test_compile_without_few_shot_runs_no_prompt_phase(tmp_path: Path) -> None:
+    config = write_config(tmp_path, grpo={**GRPO, "steps": 1}, compile={"few_shot": 0})
+    assert main(["compile", str(config), "--no-test"]) == 0
+    phases = [r["phase"] for r in json.loads((tmp_path / "run" / "phases.json").read_text())]
+    assert phases == ["start", "grpo-1"] and not (tmp_path / "run" / "held_out.json").exists()
+
+
 def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", str(write_config(tmp_path))]) == 2
     assert "no `grpo` section" in capsys.readouterr().err
