@@ -87,12 +87,16 @@ def held_out(config: Any, best: Any, test: list, *, threads: int) -> None:
             "compiled": evaluate(best, test, config.metric, threads=threads),
         }
     (config.output_dir / "held_out.json").write_text(json.dumps(rows, indent=2))
+    families = sorted({f for r in rows.values() for f in r["by_family"]})
     lines = [
-        "| program | test accuracy | n | tokens per question | $ per question | format-error rate |",
-        "|---|---|---|---|---|---|",
+        "| program | test accuracy | n | "
+        + "".join(f"{f} | " for f in families)
+        + "tokens per question | $ per question | format-error rate |",
+        "|---|---|---|" + "---|" * len(families) + "---|---|---|",
         *(
-            f"| {name} | {r['accuracy']:.3f} | {r['n']} | {r['tokens_per_question']:.0f} | "
-            f"{r['cost_per_question']:.6f} | {r['format_error_rate']:.3f} |"
+            f"| {name} | {r['accuracy']:.3f} | {r['n']} | "
+            + "".join(f"{r['by_family'][f]['accuracy']:.3f} (n={r['by_family'][f]['n']}) | " for f in families)
+            + f"{r['tokens_per_question']:.0f} | {r['cost_per_question']:.6f} | {r['format_error_rate']:.3f} |"
             for name, r in rows.items()
         ),
     ]

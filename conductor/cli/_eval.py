@@ -62,10 +62,15 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metric: Any, *,
     n = len(results)
     predictions = [prediction for _, prediction, _ in results]
     errors = [getattr(p, "error", None) for p in predictions]
+    by_family: dict[str, list[float]] = {}
+    for example, _, score in results:
+        by_family.setdefault(str(example.get("family")), []).append(float(score))
     return {
         "n": n,
         "accuracy": sum(float(score) for _, _, score in results) / n,
         "cost_per_question": sum(getattr(p, "cost", 0.0) or 0.0 for p in predictions) / n,
         "tokens_per_question": sum(getattr(p, "tokens", 0) or 0 for p in predictions) / n,
         "format_error_rate": sum(e is not None and e.kind == "format" for e in errors) / n,
+        # accuracy and count per task family, when the examples are labelled with one (a mix of benchmarks)
+        "by_family": {f: {"accuracy": sum(v) / len(v), "n": len(v)} for f, v in by_family.items() if f != "None"},
     }

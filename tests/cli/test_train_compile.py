@@ -27,8 +27,13 @@ POOL = {
 
 
 def load_items(n: int = 6) -> list[dspy.Example]:
-    """The test's data loader, named in configs as ``tests.cli.test_train_compile:load_items``."""
-    return [dspy.Example(question=f"{i} + {i}", answer=str(2 * i)).with_inputs("question") for i in range(n)]
+    """The test's data loader, named in configs as ``tests.cli.test_train_compile:load_items``: two families."""
+    return [
+        dspy.Example(question=f"{i} + {i}", answer=str(2 * i), family="odd" if i % 2 else "even").with_inputs(
+            "question"
+        )
+        for i in range(n)
+    ]
 
 
 def right(example: dspy.Example, prediction: dspy.Prediction, trace: Any = None) -> float:
@@ -109,6 +114,9 @@ def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, cap
     assert main(["eval", str(run / "program"), "--config", str(config), "--split", "train", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
+    by_family = result["by_family"]
+    assert sum(f["n"] for f in by_family.values()) == 4 and set(by_family) <= {"odd", "even"}
+    assert result["accuracy"] == pytest.approx(sum(f["accuracy"] * f["n"] for f in by_family.values()) / 4)
     assert result["format_error_rate"] == 0.0 and result["tokens_per_question"] >= 0  # loaded under its grammar
 
     assert main(["eval", str(run / "program"), "--config", str(config)]) == 0
