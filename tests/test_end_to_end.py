@@ -48,3 +48,15 @@ def test_a_workflow_over_a_real_local_model_and_a_tool(pool):
     assert smol.prompt_tokens > 50  # the tokenizer's exact count of the role instructions, task and subtask
     assert 0 < smol.completion_tokens <= 48 and smol.output
     assert prediction.answer == 395
+
+
+def test_the_shipped_trained_conductor_routes_arithmetic_to_the_calculator(capsys):
+    """The README's first command: the default program is the trained one, and it learned what the calculator is for
+    (greedy decoding under its grammar, so this is deterministic)."""
+    import json
+
+    from conductor.cli import main
+
+    assert main(["run", "What is 772 minus 949?", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [step["worker"] for step in out["steps"]] == ["calculator"] and out["answer"] == "-177"

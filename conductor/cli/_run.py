@@ -1,4 +1,9 @@
-"""``conductor run QUESTION``: let the conductor write a workflow for one question, run it, and show every step."""
+"""``conductor run QUESTION``: let the conductor write a workflow for one question, run it, and show every step.
+
+By default the trained conductor that ships with the package answers (a saved program: its LoRA adapter, pool and
+limits); ``--program DIR`` runs another saved program, and ``--conductor MODEL`` / ``--pool FILE`` build a fresh,
+untrained one instead.
+"""
 
 from __future__ import annotations
 
@@ -10,71 +15,95 @@ from rich.panel import Panel
 from rich.table import Table
 
 from conductor.cli._common import add_pool_argument, conductor_lm, console, fail, load_pool, status
-from conductor.errors import ConductorError
-from conductor.modules import Budget, Conductor
+from conductor.errors import ConductorError, ConfigError
+from conductor.modules import Conductor
 
 DEFAULT_CONDUCTOR = "local/smollm2-135m-instruct"
+FRESH_ONLY = ("max_steps", "max_depth", "free", "temperature", "conductor_max_tokens")
+"""Options that shape a fresh conductor; a saved program keeps its own."""
 
 
 def register(commands) -> None:
     parser = commands.add_parser("run", help="answer one question with a conductor and a worker pool")
     parser.add_argument("question", help="the question or task")
-    add_pool_argument(parser)
+    parser.add_argument(
+        "--program", metavar="DIR", help="a saved program folder (default: the trained conductor shipped with this)"
+    )
     parser.add_argument(
         "--conductor",
-        default=DEFAULT_CONDUCTOR,
         metavar="MODEL",
-        help=f"conductor: a trained checkpoint folder, local/<name> or a litellm model (default: {DEFAULT_CONDUCTOR})",
+        help=f"a fresh conductor instead: a checkpoint folder, local/<name> or a litellm model (with only --pool: "
+        f"{DEFAULT_CONDUCTOR})",
     )
+    add_pool_argument(parser)
     parser.add_argument(
         "--free",
         action="store_true",
-        help="let a local or trained conductor write freely instead of decoding under the workflow grammar",
+        help="let a fresh local or trained conductor write freely instead of decoding under the workflow grammar",
     )
-    parser.add_argument("--max-steps", type=int, default=5)
-    parser.add_argument(
-        "--max-depth",
-        type=int,
-        default=0,
-        help="recursive rounds the conductor may add (needs --free with a local one)",
-    )
+    parser.add_argument("--max-steps", type=int, help="a fresh conductor's step limit (default 5)")
+    parser.add_argument("--max-depth", type=int, help="recursive rounds a fresh conductor may add (needs --free)")
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the whole run")
     parser.add_argument("--max-cost", type=float, default=None, help="cost budget for the whole run, in dollars")
-    parser.add_argument("--conductor-max-tokens", type=int, default=384)
-    parser.add_argument("--temperature", type=float, default=0.0, help="the conductor's sampling temperature")
+    parser.add_argument("--conductor-max-tokens", type=int, help="a fresh conductor's longest workflow (default 384)")
+    parser.add_argument("--temperature", type=float, help="a fresh conductor's sampling temperature (default 0)")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     try:
-        with status.status("Loading the pool…"):
-            pool = load_pool(args)
+        with status.status("Loading the conductor and its pool…"):
+            program = _fresh(args) if args.conductor or args.pool else _saved(args)
+            if args.max_tokens is not None or args.max_cost is not None:
+                program.executor.budget = dataclasses.replace(
+                    program.executor.budget, max_tokens=args.max_tokens, max_cost=args.max_cost
+                )
     except ConductorError as exc:
         return fail(exc)
     try:
-        with status.status("Loading the conductor…"):
-            budget = Budget(max_tokens=args.max_tokens, max_cost=args.max_cost)
-            program = Conductor(pool, max_steps=args.max_steps, max_depth=args.max_depth, budget=budget)
-            program.orchestrate.lm = conductor_lm(
-                args.conductor, max_tokens=args.conductor_max_tokens, temperature=args.temperature
-            )
-            if not args.free and getattr(program.orchestrate.lm.engine, "policy", None):  # a local or trained one
-                from conductor.conductor_lm import constrain_program
-
-                constrain_program(program)  # every workflow it writes is valid
         with status.status("The conductor is writing a workflow and the workers are running it…"):
             prediction = program(question=args.question)
     except ConductorError as exc:
         return fail(exc)
     finally:
-        pool.close()
+        program.pool.close()
     if args.json:
         print(json.dumps(_as_json(prediction), indent=2, default=str))
     else:
-        _show(prediction, pool)
+        _show(prediction, program.pool)
     error = prediction.error
     return 0 if error is None or (error.kind == "format" and prediction.response is not None) else 1
+
+
+def _saved(args: argparse.Namespace) -> Conductor:
+    from conductor.deploy import TRAINED_PROGRAM, load_program
+
+    given = [f"--{name.replace('_', '-')}" for name in FRESH_ONLY if getattr(args, name) not in (None, False)]
+    if given:
+        raise ConfigError(f"{', '.join(given)} shape(s) a fresh conductor: add --conductor MODEL, or drop them")
+    return load_program(args.program or TRAINED_PROGRAM)
+
+
+def _fresh(args: argparse.Namespace) -> Conductor:
+    if args.program:
+        raise ConfigError("--program runs a saved program with its own conductor and pool: drop --conductor/--pool")
+    pool = load_pool(args)
+    try:
+        program = Conductor(pool, max_steps=args.max_steps or 5, max_depth=args.max_depth or 0)
+        program.orchestrate.lm = conductor_lm(
+            args.conductor or DEFAULT_CONDUCTOR,
+            max_tokens=args.conductor_max_tokens or 384,
+            temperature=args.temperature or 0.0,
+        )
+        if not args.free and getattr(program.orchestrate.lm.engine, "policy", None):  # a local or trained one
+            from conductor.conductor_lm import constrain_program
+
+            constrain_program(program)  # every workflow it writes is valid
+    except BaseException:
+        pool.close()
+        raise
+    return program
 
 
 def _as_json(prediction) -> dict:

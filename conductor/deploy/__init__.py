@@ -5,6 +5,8 @@ FastAPI (``pip install 'dspy-conductor[serve]'``) and imports it only when calle
 API keys with allowed workers and budgets (``KeyStore``, ``SpendLedger``) and an append-only audit log (``AuditLog``).
 """
 
+from pathlib import Path
+
 from conductor.deploy._artifact import FORMAT_VERSION, load_program, save_program
 from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._governance import (
@@ -21,8 +23,13 @@ from conductor.deploy._server import create_app
 
 load = load_program
 
+TRAINED_PROGRAM = Path(__file__).resolve().parents[1] / "trained" / "local-routing"
+"""The trained conductor that ships with the package (``conductor run``'s default): SmolLM2-135M with a LoRA adapter
+trained by ``experiments/configs/local_routing.yaml`` over the embedded local pool; its scores are beside it."""
+
 __all__ = [
     "FORMAT_VERSION",
+    "TRAINED_PROGRAM",
     "AuditEntry",
     "AuditLog",
     "DaySpend",

@@ -79,3 +79,25 @@ def test_pool_lists_workers(pool_file, capsys):
 def test_default_pool_listing(capsys):
     assert main(["pool"]) == 0
     assert "smollm2" in capsys.readouterr().out
+
+
+def test_run_answers_with_a_saved_program_and_its_own_pool(tmp_path, capsys):
+    from tests.deploy.helpers import compiled_program
+
+    compiled_program().save(tmp_path / "saved")
+    assert main(["run", "What is 17 * 23 + 4?", "--program", str(tmp_path / "saved"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == 395 and [s["worker"] for s in out["steps"]] == ["title", "calc"]  # its `answer: int`
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-steps", "2"], "--max-steps shape(s) a fresh conductor"),
+        (["--free", "--temperature", "0.5"], "--free, --temperature shape(s) a fresh conductor"),
+        (["--conductor", "openai/gpt-4o"], "--program runs a saved program"),
+    ],
+)
+def test_run_refuses_options_a_saved_program_cannot_take(tmp_path, capsys, extra, message):
+    assert main(["run", "2 + 2", "--program", str(tmp_path), *extra]) == 2
+    assert message in capsys.readouterr().err
