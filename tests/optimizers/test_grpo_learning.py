@@ -20,10 +20,11 @@ With three workers and three families (adding "Capitalise ...", same settings, ~
 after 5 steps "Capitalise" questions went to their worker 4-21% of the time, and at step 9 two groups all scored 1
 and one all scored 0 (mean reward 0.67, gradient 0), so no group carried any signal.
 
-Measured on the 2-core machine with 2 torch threads: 3 min 44 s in all (about 5-14 s a training step, less once
-groups score alike; each evaluation about 20 s). P(right worker) went from 0.62 (spell) and 0.38 (add) before to
-0.97 and 1.00 after; the mean reward reached 1.0 at step 9. With seed=1 instead of 0 (not what runs here): 0.94 and
-0.91 after, in 4 min 13 s.
+Measured on the 2-core machine with 2 torch threads: 3 min 46 s in all (about 5-14 s a training step, less once
+groups score alike; each evaluation about 20 s). P(right worker) went from 0.69 (spell) and 0.34 (add) before to
+1.00 and 0.875 after. With seed=1 instead of 0 (not what runs here): 1.00 and 1.00 after, in 3 min 30 s. At lr 3e-3
+(the setting before groups shared their prompt in sampling, which changed the random draws) seed 0 collapsed at
+step 6 to one worker for both families (0.0 and 1.0 after): the bar is met for every family, not by luck of one seed.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def test_grpo_learns_which_worker_answers_each_family(policy: ConductorLM, tmp_p
         steps=STEPS,
         batch_size=len(families),  # one example per family, every step
         group_size=8,
-        lr=3e-3,
+        lr=2e-3,
         schedule="cosine",
         warmup_ratio=0.0,
         max_new_tokens=form.max_tokens(),
