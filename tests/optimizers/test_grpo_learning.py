@@ -16,7 +16,7 @@ one id: a push towards one family's worker is undone by the other's; 8 completio
 0.5 for "valid but wrong"; per-family evaluation. A cosine schedule stops AdamW's momentum from moving the weights
 on once the groups score alike (their gradient is 0).
 
-With three workers and three families (adding "Capitalise ...", same settings, ~20 s a step) it did not get there:
+With three workers and three families (adding "Capitalise ...", lr 3e-3, ~20 s a step) it did not get there:
 after 5 steps "Capitalise" questions went to their worker 4-21% of the time, and at step 9 two groups all scored 1
 and one all scored 0 (mean reward 0.67, gradient 0), so no group carried any signal.
 
@@ -24,7 +24,7 @@ Measured on the 2-core machine with 2 torch threads: 3 min 46 s in all (about 5-
 groups score alike; each evaluation about 20 s). P(right worker) went from 0.69 (spell) and 0.34 (add) before to
 1.00 and 0.875 after. With seed=1 instead of 0 (not what runs here): 1.00 and 1.00 after, in 3 min 30 s. At lr 3e-3
 (the setting before groups shared their prompt in sampling, which changed the random draws) seed 0 collapsed at
-step 6 to one worker for both families (0.0 and 1.0 after): the bar is met for every family, not by luck of one seed.
+step 6 to one worker for both families (0.0 and 1.0 after); 2e-3 met the bar on both seeds tried.
 """
 
 from __future__ import annotations
