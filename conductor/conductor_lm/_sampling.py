@@ -239,7 +239,8 @@ def generate_samples(
                 processors.append(recorder)
                 input_ids, attention_mask = _left_pad(chunk, pad_id, device)
                 stopping = StoppingCriteriaList([_StopOnText(tokenizer, stop, input_ids.shape[1])] if stop else [])
-                prefix = _prompt_cache(model, chunk[0], len(chunk)) if shared and len(chunk[0]) > 1 else {}
+                # the cache of all but the last prompt token: generate runs that token and the new ones
+                prefix = _prefill(model, chunk[0][:-1], len(chunk))[1] if shared and len(chunk[0]) > 1 else {}
                 output = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -257,15 +258,15 @@ def generate_samples(
     return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
-def _prompt_cache(model: Any, prompt: Sequence[int], rows: int) -> dict[str, Any]:
-    """The cache of all but the last token of ``prompt``, repeated for ``rows`` rows, as ``generate``'s keyword
-    argument: generation then runs only the last prompt token and the new ones."""
+def _prefill(model: Any, prompt: Sequence[int], rows: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One pass over ``prompt``: the logits of its last position, and its cache repeated for ``rows`` rows as the
+    forward's (and ``generate``'s) keyword argument, so that each row continues from the prompt without redoing it."""
     device = next(model.parameters()).device
-    head = model(input_ids=torch.tensor([list(prompt[:-1])], device=device), use_cache=True, **_one_logit(model))
+    head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **_one_logit(model))
     name = _cache_name(head)
     cache = head[name]
     cache.batch_repeat_interleave(rows)
-    return {name: cache}
+    return head.logits[:, -1:], {name: cache}
 
 
 def _cache_name(output: Any) -> str:
@@ -358,21 +359,18 @@ def _shared_prompt_logprobs(
     """The log-probs of each of ``completions`` after the one ``prompt``: a pass over the prompt with its cache
     kept, the cache repeated once per completion, then one pass over the (right-padded) completions."""
     device = next(model.parameters()).device
-    head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **_one_logit(model))
-    logits = head.logits[:, -1:].expand(len(completions), -1, -1)  # the prompt's last position predicts token 0
+    last, cached = _prefill(model, prompt, len(completions))
+    logits = last.expand(len(completions), -1, -1)  # the prompt's last position predicts token 0
     longest = max(len(c) for c in completions)
     targets = torch.full((len(completions), longest), pad_id, dtype=torch.long)
     for i, completion in enumerate(completions):
         targets[i, : len(completion)] = torch.tensor(list(completion), dtype=torch.long)
     targets = targets.to(device)
     if longest > 1:  # tokens 0..n-2 predict tokens 1..n-1; right padding is never attended to by a real token
-        name = _cache_name(head)
-        cache = head[name]
-        cache.batch_repeat_interleave(len(completions))
         inputs = targets[:, :-1]
         positions = torch.arange(len(prompt), len(prompt) + longest - 1, device=device).expand(len(completions), -1)
         mask = torch.ones((len(completions), len(prompt) + longest - 1), dtype=torch.long, device=device)
-        tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **{name: cache})
+        tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **cached)
         logits = torch.cat([logits, tail.logits], dim=1)
     logits = logits.float()
     if temperature != 1.0:

@@ -1,10 +1,28 @@
-"""Test helpers: a logits processor that makes any policy write a chosen text."""
+"""Test helpers: the embedded SmolLM2 as a policy (or a skip), and a logits processor that makes any policy write a
+chosen text."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
 from conductor.conductor_lm import ConductorLM
+from conductor.errors import MissingDependency
+from conductor.modules._local import DEFAULT_MODEL
+
+
+def smollm2_or_skip(**options: Any) -> ConductorLM:
+    """The embedded SmolLM2-135M-Instruct as a CPU policy (``options`` as ``from_pretrained`` takes them); the test
+    is skipped when the model's package is missing."""
+    from conductor.conductor_lm._model import base_folder
+
+    try:
+        base_folder(DEFAULT_MODEL)
+    except MissingDependency as exc:
+        pytest.skip(str(exc))
+    return ConductorLM.from_pretrained(DEFAULT_MODEL, device="cpu", **options)
 
 
 class ForceText:

@@ -6,21 +6,15 @@ import pytest
 import torch
 
 from conductor.conductor_lm import ConductorLM
-from conductor.errors import MissingDependency
 from conductor.modules._local import DEFAULT_MODEL
+from tests.conductor_lm.helpers import smollm2_or_skip
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def smollm2() -> ConductorLM:
-    from conductor.conductor_lm._model import base_folder
-
-    try:
-        base_folder(DEFAULT_MODEL)
-    except MissingDependency as exc:
-        pytest.skip(str(exc))
-    return ConductorLM.from_pretrained(DEFAULT_MODEL, device="cpu")
+    return smollm2_or_skip()
 
 
 def test_smollm2_samples_with_matching_logprobs(smollm2: ConductorLM) -> None:

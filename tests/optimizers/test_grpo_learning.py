@@ -42,13 +42,12 @@ pytest.importorskip("xgrammar")
 import dspy  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
-from conductor.errors import MissingDependency  # noqa: E402
 from conductor.modules import Conductor, WorkerPool  # noqa: E402
-from conductor.modules._local import DEFAULT_MODEL  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer, conductor_over  # noqa: E402
 from conductor.optimizers.grpo._rollouts import _Replay  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
+from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -80,13 +79,7 @@ def example(family: str, i: int) -> dspy.Example:
 
 @pytest.fixture(scope="module")
 def policy() -> ConductorLM:
-    from conductor.conductor_lm._model import base_folder
-
-    try:
-        base_folder(DEFAULT_MODEL)
-    except MissingDependency as exc:
-        pytest.skip(str(exc))
-    return ConductorLM.from_pretrained(DEFAULT_MODEL, lora=LoraSpec(r=8, alpha=16), device="cpu")
+    return smollm2_or_skip(lora=LoraSpec(r=8, alpha=16))
 
 
 @pytest.fixture
