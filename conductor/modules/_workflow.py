@@ -160,8 +160,9 @@ class Workflow:
             lines.append(f"roles = {json.dumps([s.role or '' for s in self.steps], ensure_ascii=False)}")
         return "\n".join(lines)
 
-    def to_mermaid(self, worker_names: list[str] | None = None, step_notes: list[str] | None = None) -> str:
-        """A Mermaid flowchart: question -> steps (edges show what each step sees) -> answer."""
+    def to_mermaid(self, worker_names: list[str] | None = None) -> str:
+        """A Mermaid flowchart: question -> steps (edges show what each step sees) -> answer, to paste into Markdown
+        (GitHub, GitLab and MkDocs draw it); ``render_trace_html`` draws a run without Mermaid."""
 
         def label(text: str, limit: int = 60) -> str:
             text = " ".join(text.split())
@@ -173,8 +174,7 @@ class Workflow:
             worker = worker_names[step.worker] if worker_names and 0 <= step.worker < len(worker_names) else None
             head = f"{i} · Model {step.worker}" + (f" ({label(worker, 30)})" if worker else "")
             head += f" · {step.role}" if step.role else ""
-            note = f"<br/>{label(step_notes[i], 40)}" if step_notes and i < len(step_notes) else ""
-            lines.append(f'    S{i}["{head}<br/>{label(step.subtask)}{note}"]')
+            lines.append(f'    S{i}["{head}<br/>{label(step.subtask)}"]')
             lines.append(f"    Q --> S{i}")
             lines += [f"    S{j} --> S{i}" for j in self.visible(i) if 0 <= j < i]
         if self.steps:

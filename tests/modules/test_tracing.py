@@ -157,13 +157,17 @@ def test_dspy_callbacks_still_see_the_conductor_and_worker_lm_calls(tracing):
     assert sorted(seen.models) == ["scripted/conductor", "scripted/worker"]
 
 
-def test_the_html_page_shows_the_chart_and_every_step():
+def test_the_html_page_draws_the_chart_and_every_step_without_fetching_anything():
     pool = failover_pool()
     result = Executor(pool).run(FOUR_STEPS, "q")
     page = render_trace_html(result, pool)
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
-    assert '<pre class="mermaid">flowchart TD' in page and "mermaid.initialize" in page
-    assert "0 · Model 0 (dead)" in page and "by backup" in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page and "mermaid" not in page
+    assert "default-src 'none'" in page  # the browser refuses any load, should run text ever slip through
+    assert page.count('<svg class="chart"') == 1 and page.count('<g class="step ') == 4
+    assert '<g class="step fallback" data-index="0">' in page and "0 · dead · solve" in page
+    assert "↪ answered by backup" in page and "sees all" in page and "sees none" in page
+    assert page.count("<path ") == 3  # step 3 sees steps 0, 1 and 2
     assert page.count("<tr>") == 1 + len(result.steps)
     assert "&lt;b&gt;42&lt;/b&gt;" in page and "<b>42</b>" not in page  # outputs are escaped
     assert f"{result.steps[1].cost:.6f}" in page
@@ -171,7 +175,40 @@ def test_the_html_page_shows_the_chart_and_every_step():
 
 def test_the_html_page_takes_a_prediction_and_marks_steps_not_run():
     pool = WorkerPool([ScriptedWorker("ok"), ScriptedWorker("broken", fail_times=99, retries=0)])
-    workflow = 'model_id = [0, 1, 0]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], "all", "all"]'
+    workflow = 'model_id = [0, 1, 0]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], "all", [1]]'
     prediction = Conductor(pool, scripted_lm([workflow]))(question="q")
     page = render_trace_html(prediction, pool)
-    assert "not run" in page and "failed" in page and "execution error: step 1 (broken)" in page
+    assert '<g class="step failed" data-index="1">' in page and "✗ failed: broken: scripted failure" in page
+    assert '<g class="step not-run" data-index="2">' in page and "not run · sees 1" in page
+    assert "execution error: step 1 (broken)" in page
+
+
+def test_run_text_stays_text_in_the_chart_and_the_table():
+    attack = "</text><script>alert(1)</script>"
+    pool = WorkerPool([ScriptedWorker("ok", lambda _: attack), ScriptedWorker(attack, fail_times=99, retries=0)])
+    result = Executor(pool).run(Workflow((Step(0, attack, ()), Step(1, f'"{attack}'))), "q")
+    page = render_trace_html(result, pool)
+    assert "<script" not in page and "<text>" not in page
+    assert page.count("&lt;/text&gt;&lt;script&gt;alert(1)&lt;/script&gt;") >= 6  # subtasks, output, worker, error
+
+
+def test_a_recursive_run_draws_each_round_with_only_the_steps_it_ran():
+    self_last = 'model_id = [0, 2]\nsubtasks = ["solve it", "check it"]\naccess_list = [[], "all"]'
+    fails = 'model_id = [1]\nsubtasks = ["solve it again"]\naccess_list = [[]]'
+    pool = WorkerPool([ScriptedWorker("first"), ScriptedWorker("broken", fail_times=99, retries=0)])
+    prediction = Conductor(pool, scripted_lm([self_last, fails]), max_depth=1)(question="q")
+    assert prediction.rounds[1].workflow is prediction.rounds[0].workflow  # a round without an answer keeps it
+    page = render_trace_html(prediction, pool)
+    first, second = page.split("<h2>Round 2 of 2</h2>")
+    assert "<h2>Round 1 of 2</h2>" in first and first.count('<g class="step ok"') == 1 and "solve it" in first
+    assert second.count('<g class="step ') == 1 and '<g class="step failed" data-index="0">' in second
+    assert "solve it again" in second and "solve it<" not in second
+
+
+def test_a_round_that_ran_nothing_says_so():
+    self_last = 'model_id = [0, 1]\nsubtasks = ["solve it", "check it"]\naccess_list = [[], "all"]'
+    keep = "model_id = []\nsubtasks = []\naccess_list = []"
+    pool = WorkerPool([ScriptedWorker("first")])
+    prediction = Conductor(pool, scripted_lm([self_last, keep]), max_depth=1)(question="q")
+    page = render_trace_html(prediction, pool)
+    assert page.count('<svg class="chart"') == 1 and page.split("<h2>Round 2 of 2</h2>")[1].count("No steps ran.") == 1
