@@ -2,6 +2,18 @@
 # Creates .venv with everything dspy-conductor needs, the embedded local models included. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python tool runs code inside a bubblewrap sandbox (conductor/modules/_sandbox.py); it refuses to run without it.
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "setup.sh: install bubblewrap (apt-get install bubblewrap) for the Python tool's sandbox" >&2
+  fi
+fi
+# Debian's chromium opens the trace page in tests/modules/test_trace_page.py (which skips without it).
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 VENV="${VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+import logging
 import math
 import os
 import socket
@@ -10,9 +11,10 @@ import time
 
 import pytest
 
-from conductor.errors import WorkerError, WorkerTimeout
+from conductor.errors import ConfigError, WorkerError, WorkerTimeout
 from conductor.modules._calculator import CalculatorWorker, calculate, extract_expression
-from conductor.modules._sandbox import PythonWorker, extract_code, run_python
+from conductor.modules._pool import WorkerPool
+from conductor.modules._sandbox import BWRAP_ENV, PythonWorker, extract_code, run_python
 from conductor.modules._tools import TRUNCATED, ToolWorker
 from conductor.modules._worker import Completion
 from tests.modules.worker_contract import WorkerContract
@@ -245,14 +247,56 @@ def test_processes_signals_and_escapes_are_blocked(code: str) -> None:
 def test_files_outside_the_working_directory_are_not_written(tmp_path) -> None:
     target = tmp_path / "outside.txt"
     result = run_python(f"open({str(target)!r}, 'w').write('x')", timeout_s=5)
-    assert "not allowed" in result
+    assert "Error" in result
     assert not target.exists()
-    workdir = run_python(
-        "open('inside.txt', 'w').write('ok')\nprint(open('inside.txt').read())\nimport os\nprint(os.getcwd())",
+    marker = f"conductor-test-{os.getpid()}-{time.monotonic_ns()}"
+    inside = run_python(
+        f"open({marker!r}, 'w').write('ok')\nprint(open({marker!r}).read())\nimport os\nprint(os.getcwd())",
         timeout_s=5,
     ).splitlines()
-    assert workdir[0] == "ok"
-    assert not os.path.exists(workdir[1])  # the temporary working directory is removed afterwards
+    assert inside[0] == "ok"
+    assert not os.path.exists(os.path.join(inside[1], marker))  # the working directory is the sandbox's own tmpfs
+
+
+def test_a_missing_bwrap_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent/bwrap")
+    with pytest.raises(
+        WorkerError, match=r"bubblewrap sandbox.*apt-get install bubblewrap.*isolation=\"none\""
+    ) as info:
+        run_python("print(1)", timeout_s=5)
+    assert not info.value.retryable
+    with pytest.raises(WorkerError, match=r"^python: the Python tool runs code only inside a bubblewrap sandbox"):
+        PythonWorker().complete(user("```python\nprint(1)\n```"), max_tokens=16, temperature=0)
+
+
+def test_a_bwrap_that_cannot_make_namespaces_is_a_clear_error(monkeypatch, tmp_path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(BWRAP_ENV, str(fake))
+    with pytest.raises(WorkerError, match=r"can't create the Python tool's sandbox here: bwrap: No permissions"):
+        run_python("print(1)", timeout_s=5)
+
+
+def test_unisolated_execution_is_an_explicit_choice_and_warned(monkeypatch, caplog) -> None:
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent/bwrap")
+    with caplog.at_level(logging.WARNING, logger="conductor.modules._sandbox"):
+        worker = PythonWorker(isolation="none")
+    assert "UNISOLATED" in caplog.text
+    assert worker.complete(user("```python\nprint(6 * 7)\n```"), max_tokens=16, temperature=0).text == "42"
+    assert "not allowed" in run_python("import os\nos.system('true')", timeout_s=5, isolation="none")
+    with pytest.raises(ValueError, match="isolation must be"):
+        PythonWorker(isolation="docker")  # type: ignore[arg-type]
+
+
+def test_a_pool_config_passes_the_isolation_option() -> None:
+    pool = WorkerPool.from_config({"workers": [{"name": "py", "kind": "tool", "tool": "python", "isolation": "none"}]})
+    assert pool[0].isolation == "none"
+    assert (
+        WorkerPool.from_config({"workers": [{"name": "py", "kind": "tool", "tool": "python"}]})[0].isolation == "bwrap"
+    )
+    with pytest.raises(ConfigError, match="is an option of the tools that run code"):
+        WorkerPool.from_config({"workers": [{"name": "c", "kind": "tool", "tool": "calculator", "isolation": "none"}]})
 
 
 def test_the_environment_is_not_inherited(monkeypatch) -> None:
