@@ -87,7 +87,7 @@ def main() -> None:
                 f"{metrics.rollouts / (end - began) * 60:>13.1f}"
             )
         conductor = trainer.rollouts._conductor(1, 0)
-        prompt = policy.encode(trainer.rollouts._prompt(conductor, trainset[0]))
+        prompt = policy.encode(conductor.prompt_messages(conductor.question_text(trainset[0].inputs())))
         processor = grammar(conductor) if grammar else None
         _compare_sharing(policy, prompt, args.group, args.max_new_tokens, processor)
         trainer.cleanup()

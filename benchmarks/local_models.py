@@ -32,7 +32,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace) -> None:
-    from conductor.modules._local import load_local_model, local_worker
+    from conductor.local import load_local_model, local_worker
 
     print(f"torch threads: {torch.get_num_threads()}   cache: {'fresh' if args.fresh_cache else 'as found'}")
     for name in args.models:

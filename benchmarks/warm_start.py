@@ -3,8 +3,8 @@
 Samples completions at temperature 1.0 for held-out questions from the real SmolLM2-135M-Instruct policy (LoRA r=16)
 and counts how many parse and how many are valid for a 4-worker pool; then warm-starts it on synthetic workflows for
 synthetic arithmetic and knowledge questions, and counts again. Prompts are the Conductor's own
-(``conductor_messages``). Training dominates the run time; on a CPU with AVX512-BF16, ``--dtype bfloat16`` about halves
-it.
+(``Conductor.prompt_messages``). Training dominates the run time; on a CPU with AVX512-BF16, ``--dtype bfloat16``
+about halves it.
 
     .venv/bin/python benchmarks/warm_start.py [--train 200] [--samples 64] [--threads 1] [--dtype float32]
 """
@@ -27,7 +27,7 @@ import torch
 from conductor.conductor_lm import ConductorLM, LoraSpec
 from conductor.errors import WorkflowError
 from conductor.modules import Conductor, WorkerPool, Workflow
-from conductor.optimizers._warm_start import WarmStartConfig, conductor_messages, synthetic_workflows, warm_start
+from conductor.optimizers._warm_start import WarmStartConfig, synthetic_workflows, warm_start
 from conductor.testing import ScriptedWorker
 
 CAPITALS = [
@@ -69,7 +69,7 @@ def measure(
 ) -> dict[str, Any]:
     """Sample ``per_question`` completions at temperature 1.0 per question; the share that parse and that are valid,
     and why the others failed."""
-    prompts = [conductor_messages(program, {"question": q}) for q in questions]
+    prompts = [program.prompt_messages(q) for q in questions]
     started = time.perf_counter()
     rows = policy.sample(prompts, per_question, temperature=1.0, max_new_tokens=max_new_tokens, seed=0, batch_size=32)
     seconds = time.perf_counter() - started
@@ -83,7 +83,7 @@ def measure(
             problems = exc.problems
         else:
             parsed += 1
-            problems = workflow.problems(len(program.pool), program.limits, set(program.roles))
+            problems = program.workflow_problems(workflow)
         if problems:
             cut = " (cut at max tokens)" if sample.finish_reason == "length" else ""
             failures[re.sub(r"\d+", "N", problems[0])[:80] + cut] += 1

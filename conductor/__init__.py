@@ -5,7 +5,9 @@ import os
 # litellm otherwise tries to download its price table at import time; these machines (and many clusters) are offline.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from conductor.deploy import load_program as load
+import conductor.local  # noqa: F401 - registers the "local" worker kind of pool configs
+from conductor._version import __version__
+from conductor.deploy import load, save
 from conductor.errors import (
     BudgetExceeded,
     ConductorError,
@@ -19,6 +21,7 @@ from conductor.modules import (
     Budget,
     Completion,
     Conductor,
+    ConductorConfig,
     Executor,
     Limits,
     LMWorker,
@@ -36,14 +39,13 @@ from conductor.modules import (
 )
 from conductor.optimizers import ConductorCompiler
 
-__version__ = "0.1.0"
-
 __all__ = [
     "Budget",
     "BudgetExceeded",
     "Completion",
     "Conductor",
     "ConductorCompiler",
+    "ConductorConfig",
     "ConductorError",
     "ConfigError",
     "Executor",
@@ -61,8 +63,10 @@ __all__ = [
     "WorkerTimeout",
     "Workflow",
     "WorkflowError",
+    "__version__",
     "disable_tracing",
     "enable_tracing",
     "load",
     "render_trace_html",
+    "save",
 ]

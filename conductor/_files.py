@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from conductor.errors import ConductorError
+
 logger = logging.getLogger(__name__)
 
 
@@ -20,6 +22,18 @@ def cache_dir(*parts: str) -> Path:
     else:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "dspy-conductor"
     return root.joinpath(*parts)
+
+
+def replaceable_folder(target: Path, marker: str, what: str) -> Path:
+    """The absolute ``target``, after refusing a file, or a non-empty folder without ``marker`` (the file every saved
+    ``what`` holds): saving replaces the folder, and a wrong path must not delete data."""
+    target = target.expanduser().absolute()
+    if target.exists():
+        if not target.is_dir():
+            raise ConductorError(f"{target} is a file, not a folder to save {what} in")
+        if any(target.iterdir()) and not (target / marker).is_file():
+            raise ConductorError(f"{target} is not empty and holds no {marker}: refusing to overwrite it")
+    return target
 
 
 def write_folder_atomically(

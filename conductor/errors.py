@@ -1,5 +1,9 @@
 """One exception family for the whole library, so callers can catch ``ConductorError``."""
 
+from __future__ import annotations
+
+import pydantic
+
 
 class ConductorError(Exception):
     """Base class of every error the library raises on purpose."""
@@ -56,5 +60,22 @@ class BudgetExceeded(ConductorError):
     """The next call would go past the run's budget of steps, tokens or cost; it was not made."""
 
 
+class UntrustedProgram(ConductorError):
+    """A saved program wants to import code or reach endpoints the library didn't ship, and the caller didn't trust
+    it (``trust_code=True``, ``--trust-code``). The message lists what it wants; nothing of it ran."""
+
+
 class MissingDependency(ConductorError, ImportError):
     """An optional dependency is needed for this feature; the message says what to install."""
+
+
+def validation_problems(error: pydantic.ValidationError, whole: str = "(config)") -> list[str]:
+    """One ``"where: what"`` line per problem pydantic found; ``whole`` names the place of a problem with no path."""
+    return [
+        f"{'.'.join(map(str, e['loc'])) or whole}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
+    ]
+
+
+def invalid_config(heading: str, error: pydantic.ValidationError, whole: str = "(config)") -> ConfigError:
+    """A ``ConfigError`` listing every problem of ``error`` under ``heading``, one indented line each."""
+    return ConfigError(f"{heading}:\n" + "\n".join(f"  {line}" for line in validation_problems(error, whole)))

@@ -14,7 +14,7 @@ import dspy
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
 
 from conductor.errors import WorkerError
-from conductor.modules._worker import Completion, Messages, Worker
+from conductor.modules import Completion, Messages, Worker
 
 Script = Callable[[str], str] | Iterable[str]
 

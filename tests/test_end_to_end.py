@@ -3,7 +3,7 @@
 import pytest
 
 from conductor import Conductor, WorkerPool
-from conductor.modules._local import local_lm
+from conductor.local import local_lm
 from conductor.testing import scripted_lm
 
 pytestmark = pytest.mark.slow

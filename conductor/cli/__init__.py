@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from conductor.cli import _bench, _compile, _eval, _keys, _pool, _run, _serve, _train
 
@@ -18,7 +17,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     return args.handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The config file of ``conductor train``, ``eval`` and ``compile``: what program, on what data, trained how.
 
-Components are named by import path (``module:function``, as torchtune names them), resolved against the working
-folder too, so a checkout's ``experiments.datasets:load_gsm8k`` works from its root. Every problem in a file is
-reported at once, in one ``ConfigError``.
+Components are named by import path (``module:function``, as torchtune names them; e.g.
+``conductor.experiments.datasets:load_gsm8k``), resolved against the working folder too, so a module of one's own works
+from its folder. Every problem in a file is reported at once, in one ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -13,21 +13,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import dspy
 import pydantic
 import yaml
 
 from conductor._imports import import_object as imported
-from conductor.errors import ConfigError
+from conductor.deploy import conductor_lm, conductor_policy, is_trainable
+from conductor.errors import ConfigError, invalid_config
+from conductor.experiments.datasets import Splits, split
+from conductor.local import EMBEDDED_MODELS
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers import BudgetSpace
 from conductor.optimizers.grpo import GRPOConfig
 
 if TYPE_CHECKING:
     from conductor.conductor_lm import ConductorLM
-
-TINY = "tiny"
-"""``program.conductor`` naming ``ConductorLM.tiny()``: a random-weight policy for tests."""
 
 
 class LoraSection(pydantic.BaseModel):
@@ -37,12 +36,13 @@ class LoraSection(pydantic.BaseModel):
 
 
 class ProgramSection(pydantic.BaseModel):
-    """The program: a pool and a conductor. A trainable conductor is ``tiny``, an embedded local model name or a
-    transformers folder; anything else is a litellm model string (prompt search and budgets only, no GRPO)."""
+    """The program: a pool and a conductor, named as ``conductor.deploy.conductor_lm`` reads names. A trainable
+    conductor is ``tiny``, ``local/<name>`` or a model folder; a litellm model string gets prompt search and budgets,
+    no GRPO."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
     pool: str = pydantic.Field("default", description="'default' (the embedded local pool) or a pool file")
-    conductor: str = "smollm2-135m-instruct"
+    conductor: str = "local/smollm2-135m-instruct"
     max_steps: int = pydantic.Field(5, ge=1)
     max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add (unconstrained only)")
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
@@ -51,11 +51,16 @@ class ProgramSection(pydantic.BaseModel):
         False, description="decode only valid workflows, in training and after (needs xgrammar)"
     )
 
+    @pydantic.field_validator("conductor")
+    @classmethod
+    def _local_prefix(cls, name: str) -> str:
+        if name in EMBEDDED_MODELS:
+            raise ValueError(f"an embedded local model is named local/{name}")
+        return name
+
     @property
     def trainable(self) -> bool:
-        from conductor.modules._local import EMBEDDED_MODELS
-
-        return self.conductor in (TINY, *EMBEDDED_MODELS) or Path(self.conductor).expanduser().exists()
+        return is_trainable(self.conductor)
 
 
 class DataSection(pydantic.BaseModel):
@@ -117,23 +122,19 @@ class RunConfig(pydantic.BaseModel):
 
     def policy(self) -> ConductorLM:
         """The trainable conductor policy, LoRA adapter included."""
-        from conductor.conductor_lm import ConductorLM, LoraSpec
+        from conductor.conductor_lm import LoraSpec
 
         spec = self.program
-        if not spec.trainable:
-            raise ConfigError(f"program.conductor {spec.conductor!r} is not a trainable model (a local model or tiny)")
-        lora = LoraSpec(r=spec.lora.r, alpha=spec.lora.alpha)
-        return (
-            ConductorLM.tiny(lora=lora)
-            if spec.conductor == TINY
-            else ConductorLM.from_pretrained(spec.conductor, lora=lora)
-        )
+        try:
+            return conductor_policy(spec.conductor, LoraSpec(r=spec.lora.r, alpha=spec.lora.alpha))
+        except ConfigError as exc:
+            raise ConfigError(f"program.conductor: {exc}") from None
 
     def conductor(self, policy: ConductorLM | None = None) -> Conductor:
         """The program: the pool, with ``policy`` (else the config's litellm conductor) writing the workflows."""
         spec = self.program
         if policy is None:
-            lm = dspy.LM(spec.conductor, max_tokens=spec.max_tokens, temperature=0.0, cache=False)
+            lm = conductor_lm(spec.conductor, max_tokens=spec.max_tokens)
             return Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
         lm = policy.as_dspy_lm(max_tokens=spec.max_tokens)
         program = Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
@@ -151,13 +152,13 @@ class RunConfig(pydantic.BaseModel):
 
         return constraint_factory(policy, max_new_tokens)
 
-    def splits(self) -> Any:
-        """The loader's examples (the first ``n``), split by ``seed`` and ``fractions`` (``experiments.datasets``)."""
+    def splits(self) -> Splits:
+        """The loader's examples (the first ``n``), split by ``seed`` and ``fractions``."""
         data = self.data
         examples = list(import_object(data.loader)(**data.args))[: data.n]
         if not examples:
             raise ConfigError(f"data.loader {data.loader} returned no examples")
-        return import_object("experiments.datasets:split")(examples, data.seed, data.fractions)
+        return split(examples, data.seed, data.fractions)
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -172,8 +173,7 @@ def load_run_config(path: str | Path) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
     except pydantic.ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError(f"invalid config {path}:\n" + "\n".join(lines)) from None
+        raise invalid_config(f"invalid config {path}", exc) from None
 
 
 def import_object(path: str) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import dspy
 from rich.table import Table
 
-from conductor.cli._common import console, fail, status
+from conductor.cli._common import add_trust_argument, console, fail, status
 from conductor.deploy import load_program
 from conductor.errors import ConductorError
 
@@ -24,6 +24,7 @@ def register(commands) -> None:
     parser.add_argument("--split", choices=("train", "val", "test"), default="test")
     parser.add_argument("--threads", type=int, default=1, help="questions run at once")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    add_trust_argument(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -34,7 +35,7 @@ def handle(args: argparse.Namespace) -> int:
         config = load_run_config(args.config)
         with status.status("Loading the data and the program…"):
             examples = getattr(config.splits(), args.split)
-            program = load_program(args.program)
+            program = load_program(args.program, trust_code=args.trust_code)
         with status.status(f"Running {len(examples)} {args.split} questions…"):
             result = evaluate(program, examples, config.metric, threads=args.threads)
     except ConductorError as exc:

@@ -29,8 +29,8 @@ def handle(args: argparse.Namespace) -> int:
             "name": w.name,
             "kind": type(w).__name__,
             "description": w.description,
-            "price_in_per_1k": w.price.input_per_1k,
-            "price_out_per_1k": w.price.output_per_1k,
+            "price_in_per_1k": w.price.input_per_1k if w.price else None,  # None: unknown to litellm
+            "price_out_per_1k": w.price.output_per_1k if w.price else None,
             "max_tokens": w.max_tokens,
             "timeout_s": w.timeout_s,
             "retries": w.retries,

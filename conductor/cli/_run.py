@@ -14,8 +14,10 @@ import json
 from rich.panel import Panel
 from rich.table import Table
 
-from conductor.cli._common import add_pool_argument, conductor_lm, console, fail, load_pool, status
+from conductor.cli._common import add_pool_argument, add_trust_argument, console, fail, load_pool, status
+from conductor.deploy import conductor_lm
 from conductor.errors import ConductorError, ConfigError
+from conductor.local import trainable_policy
 from conductor.modules import Conductor
 
 DEFAULT_CONDUCTOR = "local/smollm2-135m-instruct"
@@ -32,8 +34,8 @@ def register(commands) -> None:
     parser.add_argument(
         "--conductor",
         metavar="MODEL",
-        help=f"a fresh conductor instead: a checkpoint folder, local/<name> or a litellm model (with only --pool: "
-        f"{DEFAULT_CONDUCTOR})",
+        help=f"a fresh conductor instead: a checkpoint folder, local/<name>, tiny or a litellm model (with only "
+        f"--pool: {DEFAULT_CONDUCTOR})",
     )
     add_pool_argument(parser)
     parser.add_argument(
@@ -48,6 +50,7 @@ def register(commands) -> None:
     parser.add_argument("--conductor-max-tokens", type=int, help="a fresh conductor's longest workflow (default 384)")
     parser.add_argument("--temperature", type=float, help="a fresh conductor's sampling temperature (default 0)")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
+    add_trust_argument(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -55,10 +58,11 @@ def handle(args: argparse.Namespace) -> int:
     try:
         with status.status("Loading the conductor and its pool…"):
             program = _fresh(args) if args.conductor or args.pool else _saved(args)
-            if args.max_tokens is not None or args.max_cost is not None:
-                program.executor.budget = dataclasses.replace(
-                    program.executor.budget, max_tokens=args.max_tokens, max_cost=args.max_cost
-                )
+            given = {
+                name: getattr(args, name) for name in ("max_tokens", "max_cost") if getattr(args, name) is not None
+            }
+            if given:  # only the limits named change: a saved program keeps its others
+                program.executor.budget = dataclasses.replace(program.executor.budget, **given)
     except ConductorError as exc:
         return fail(exc)
     try:
@@ -82,7 +86,7 @@ def _saved(args: argparse.Namespace) -> Conductor:
     given = [f"--{name.replace('_', '-')}" for name in FRESH_ONLY if getattr(args, name) not in (None, False)]
     if given:
         raise ConfigError(f"{', '.join(given)} shape(s) a fresh conductor: add --conductor MODEL, or drop them")
-    return load_program(args.program or TRAINED_PROGRAM)
+    return load_program(args.program or TRAINED_PROGRAM, trust_code=args.trust_code)
 
 
 def _fresh(args: argparse.Namespace) -> Conductor:
@@ -96,7 +100,7 @@ def _fresh(args: argparse.Namespace) -> Conductor:
             max_tokens=args.conductor_max_tokens or 384,
             temperature=args.temperature or 0.0,
         )
-        if not args.free and getattr(program.orchestrate.lm.engine, "policy", None):  # a local or trained one
+        if not args.free and trainable_policy(program.orchestrate.lm):  # a local or trained one
             from conductor.conductor_lm import constrain_program
 
             constrain_program(program)  # every workflow it writes is valid

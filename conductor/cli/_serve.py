@@ -9,15 +9,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conductor.cli._common import fail, status
-from conductor.deploy import KeyStore, create_app, load_program
-from conductor.deploy._server import DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_TIMEOUT_S, import_serving
+from conductor.cli._common import add_trust_argument, fail, status
+from conductor.deploy import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_TIMEOUT_S,
+    KeyStore,
+    create_app,
+    import_serving,
+    load_program,
+)
 from conductor.errors import ConductorError
 
 
 def register(commands) -> None:
     parser = commands.add_parser("serve", help="serve a saved program on an OpenAI-compatible HTTP API")
-    parser.add_argument("dir", metavar="DIR", help="a folder written by conductor.deploy.save_program")
+    parser.add_argument("dir", metavar="DIR", help="a program folder written by conductor.save")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default=None, help="the model id clients see (default: the folder's name)")
@@ -30,6 +37,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--redact", action="append", default=[], metavar="FIELD", help="a request field never audited (repeatable)"
     )
+    add_trust_argument(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -37,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         uvicorn = import_serving("uvicorn")
         with status.status("Loading the program…"):
-            program = load_program(args.dir)
+            program = load_program(args.dir, trust_code=args.trust_code)
     except ConductorError as exc:
         return fail(exc)
     try:

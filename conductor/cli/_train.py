@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from conductor.cli._common import fail, status
+from conductor.deploy import save_program
 from conductor.errors import ConductorError, ConfigError
 
 PROGRAM = "program"
@@ -36,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
             program = config.conductor(policy)
         grammar = config.grammar(policy, grpo.max_new_tokens)
         GRPOTrainer(grpo, policy, program, trainset, config.metric, logits_processor=grammar).run()
-        folder = program.save(config.output_dir / PROGRAM)
+        folder = save_program(program, config.output_dir / PROGRAM)
     except ConductorError as exc:
         return fail(exc)
     status.print(f"Trained for {grpo.steps} steps; metrics in {config.output_dir}, program in {folder}")

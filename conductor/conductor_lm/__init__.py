@@ -1,5 +1,5 @@
-"""The trainable conductor policy: a small causal LM with LoRA that samples workflows, scores them for GRPO, and
-serves itself to DSPy as a ``dspy.LM``.
+"""The trainable conductor policy: a small causal LM with LoRA, built on the local generation stack
+(``conductor.local``), that samples workflows, scores them for GRPO, and serves itself to DSPy as a ``dspy.LM``.
 
 Needs torch, transformers and peft (``pip install 'dspy-conductor[train]'``); the core ``conductor`` package never
 imports this one, so it works without them.
@@ -14,7 +14,6 @@ if _missing:
     raise MissingDependency(f"conductor.conductor_lm needs {', '.join(_missing)}: pip install 'dspy-conductor[train]'")
 
 from conductor.conductor_lm._checkpoint import CONFIG_NAME  # noqa: E402
-from conductor.conductor_lm._engine import ConductorEngine  # noqa: E402
 from conductor.conductor_lm._grammar import (  # noqa: E402
     WorkflowConstraint,
     WorkflowFormat,
@@ -24,13 +23,13 @@ from conductor.conductor_lm._grammar import (  # noqa: E402
     workflow_grammar,
 )
 from conductor.conductor_lm._model import ConductorLM, LoraSpec  # noqa: E402
-from conductor.conductor_lm._sampling import Prompt, Sample  # noqa: E402
 from conductor.conductor_lm._tokenizer import byte_tokenizer  # noqa: E402
+from conductor.local import LogitsProcessorLike, Prompt, Sample  # noqa: E402
 
 __all__ = [
     "CONFIG_NAME",
-    "ConductorEngine",
     "ConductorLM",
+    "LogitsProcessorLike",
     "LoraSpec",
     "Prompt",
     "Sample",

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conductor._files import write_folder_atomically
-from conductor.conductor_lm._model import load_base, quiet_peft, resolve_dtype
+from conductor._files import replaceable_folder, write_folder_atomically
+from conductor.conductor_lm._model import load_base, quiet_peft
 from conductor.errors import ConductorError
+from conductor.local import resolve_dtype
 
 if TYPE_CHECKING:
     from conductor._files import write_folder_atomically
@@ -38,18 +39,6 @@ ADAPTER_NAME = "adapter_model.safetensors"
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 BASE_DIR = "base"
 FORMAT_VERSION = 1
-
-
-def check_target(target: Path) -> Path:
-    """The absolute ``target``, after refusing a file or a non-empty folder that is not a saved ``ConductorLM``
-    (``save`` replaces the folder: a wrong path must not delete data)."""
-    target = target.expanduser().absolute()
-    if target.exists():
-        if not target.is_dir():
-            raise ConductorError(f"{target} is a file, not a folder to save a ConductorLM in")
-        if any(target.iterdir()) and not (target / CONFIG_NAME).is_file():
-            raise ConductorError(f"{target} is not empty and holds no {CONFIG_NAME}: refusing to overwrite it")
-    return target
 
 
 def save_policy(policy: ConductorLM, folder: Path) -> Path:
@@ -66,7 +55,7 @@ def save_policy(policy: ConductorLM, folder: Path) -> Path:
             policy.base_model().save_pretrained(tmp / BASE_DIR)
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
 
-    saved = write_folder_atomically(check_target(folder), write, replace=True)
+    saved = write_folder_atomically(replaceable_folder(folder, CONFIG_NAME, "a ConductorLM"), write, replace=True)
     logger.info("saved %s to %s in %.1f s", policy.name, saved, time.perf_counter() - started)
     return saved
 
@@ -86,9 +75,14 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 
 def load_policy(
-    cls: type[ConductorLM], folder: Path, *, dtype: str | torch.dtype | None = None, device: str | None = None
+    cls: type[ConductorLM],
+    folder: Path,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | None = None,
+    sampling_dtype: str | torch.dtype | None = None,
 ) -> ConductorLM:
-    """Rebuild a policy written by ``save_policy``."""
+    """Rebuild a policy written by ``save_policy``; ``sampling_dtype`` as in ``ConductorLM``."""
     from peft import PeftModel
 
     started = time.perf_counter()
@@ -111,7 +105,15 @@ def load_policy(
         with quiet_peft():
             model = PeftModel.from_pretrained(model, folder, is_trainable=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    policy = cls(model, tokenizer, base=config["base"], lora=None, name=config["name"], device=device)
+    policy = cls(
+        model,
+        tokenizer,
+        base=config["base"],
+        lora=None,
+        name=config["name"],
+        device=device,
+        sampling_dtype=sampling_dtype,
+    )
     policy.saved_to = folder
     logger.info("loaded %s from %s in %.1f s", policy.name, folder, time.perf_counter() - started)
     return policy

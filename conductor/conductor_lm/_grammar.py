@@ -37,7 +37,8 @@ import torch
 from transformers import LogitsProcessor
 
 from conductor.errors import ConfigError, MissingDependency
-from conductor.modules._workflow import Step, Workflow
+from conductor.local import trainable_policy
+from conductor.modules import Step, Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -348,10 +349,11 @@ def constrain_for(policy: Any, n_workers: int, max_steps: int, max_new_tokens: i
 
 
 def constrain_program(program: Any) -> None:
-    """Make ``program``'s conductor LM (a ``ConductorLM.as_dspy_lm()``) decode under the workflow grammar of the
-    program's pool and step limit, with strings sized to the LM's ``max_tokens``."""
+    """Give ``program``'s conductor LM (a ``ConductorLM.as_dspy_lm()``) the workflow grammar of the program's pool
+    and step limit, with strings sized to the LM's ``max_tokens``: the LM is built again from its policy, with the
+    same options and the grammar as its logits processor."""
     lm = program.orchestrate.lm
-    policy = getattr(getattr(lm, "engine", None), "policy", None)
+    policy = trainable_policy(lm)
     if program.max_depth:
         raise ConfigError(
             "a recursive conductor (max_depth > 0) can't decode under the workflow grammar yet: the grammar has "
@@ -359,7 +361,9 @@ def constrain_program(program: Any) -> None:
         )
     if policy is None:
         raise ConfigError("only a local or trained conductor (ConductorLM.as_dspy_lm) decodes under the grammar")
-    lm.engine.logits_processor = constraint_factory(policy, lm.kwargs["max_tokens"])(program)
+    grammar = constraint_factory(policy, lm.kwargs["max_tokens"])(program)
+    options = {**lm.kwargs, "cache": lm.cache, "num_retries": lm.num_retries}
+    program.orchestrate.lm = policy.as_dspy_lm(logits_processor=grammar, on_sample=lm.engine.on_sample, **options)
 
 
 def constraint_factory(policy: Any, max_new_tokens: int) -> Any:

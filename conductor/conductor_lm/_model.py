@@ -1,7 +1,8 @@
 """``ConductorLM``: the trainable conductor policy, a causal LM with optional LoRA adapters.
 
-One object samples workflows (with the log-probs GRPO needs), scores completions under the current weights, serves
-itself to DSPy as a ``dspy.LM``, and saves or loads its adapter.
+It is a ``conductor.local.LocalModel`` with weights of its own: it samples workflows (with the log-probs GRPO needs)
+and scores completions through the one local generation stack, serves itself to DSPy through the one local engine,
+and adds what training needs: LoRA, trainable parameters, save and load.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import contextlib
 import copy
 import logging
 import os
-import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,22 +20,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from conductor.conductor_lm._sampling import (
-    LogitsProcessorLike,
-    Prompt,
-    Sample,
-    encode_prompt,
-    generate_samples,
-    sequence_logprobs,
-)
 from conductor.conductor_lm._tokenizer import byte_tokenizer
 from conductor.errors import ConfigError
-from conductor.modules._local import DEFAULT_MODEL, eos_ids, model_folder, model_label
+from conductor.local import (
+    DEFAULT_MODEL,
+    LocalEngine,
+    LocalModel,
+    LogitsProcessorLike,
+    Sample,
+    local_lm,
+    model_folder,
+    model_label,
+    resolve_dtype,
+)
 
 if TYPE_CHECKING:
     import dspy
-
-    from conductor.conductor_lm._engine import ConductorEngine
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +93,6 @@ def quiet_peft() -> Iterator[None]:
         yield
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """A ``torch.dtype`` from itself or its name (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
-    resolved = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
-        raise ConfigError(f"unknown dtype {dtype!r}: use float32, bfloat16 or float16")
-    return resolved
-
-
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """``device``, else CUDA when available, else CPU."""
     if device is None:
@@ -108,30 +100,17 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-def base_folder(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
-    """``(source, folder)``: the normalised model reference and the transformers folder to load it from.
-
-    Reuses ``_local``'s registry and GGUF cache (a GGUF is dequantised once into the cache), but not its loaded-model
-    cache: the policy needs its own copy, because peft injects LoRA layers into the model in place and training
-    changes weights that local workers share.
-    """
-    return model_folder(name_or_path)
-
-
 def load_base(source: str | os.PathLike[str], dtype: torch.dtype) -> tuple[str, Any, Any]:
-    """``(source, model, tokenizer)``: a fresh, private copy of a local model or transformers folder."""
-    source, folder = base_folder(source)
+    """``(source, model, tokenizer)``: a fresh, private copy of a local model or transformers folder (from the
+    registry and GGUF cache of ``conductor.local``, but not its frozen models: peft injects LoRA layers into the
+    model in place, and training changes weights that local workers share)."""
+    source, folder = model_folder(source)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     return source, model, tokenizer
 
 
-def _as_lists(ids: Any) -> Any:
-    """Tensors and arrays of token ids as (nested) lists of ints; lists and tuples as they are."""
-    return ids.tolist() if hasattr(ids, "tolist") else ids
-
-
-class ConductorLM:
+class ConductorLM(LocalModel):
     """The conductor policy: a causal LM (with LoRA adapters unless ``lora=None``) and its tokenizer.
 
     Args:
@@ -143,7 +122,11 @@ class ConductorLM:
             ``None`` keeps the model as it is (then every weight is trainable, and ``save`` writes all of them).
         name: the model's short name, used in ``conductor/<name>`` as a ``dspy.LM``.
         device: where to run; default CUDA when available, else CPU.
+        sampling_dtype: sample from a copy of the model in this dtype (e.g. ``"bfloat16"`` under a float32 base);
+            ``None`` or the base dtype samples from the model itself. See ``sampling_model``.
     """
+
+    trainable = True
 
     def __init__(
         self,
@@ -154,6 +137,7 @@ class ConductorLM:
         lora: LoraSpec | None = LoraSpec(),
         name: str | None = None,
         device: str | torch.device | None = None,
+        sampling_dtype: str | torch.dtype | None = None,
     ):
         from peft import PeftModel, get_peft_model
 
@@ -169,21 +153,20 @@ class ConductorLM:
             with quiet_peft(), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 model = get_peft_model(model, lora.to_peft())  # autocast_adapter_dtype: LoRA weights stay float32
-        self.model = model.to(self.device)
-        self.model.eval()
-        self.lora = lora
-        self.base = base
-        self.name = name or (model_label(base) if base else "custom")
+        model = model.to(self.device)
+        model.eval()
         tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        self.tokenizer = tokenizer
-        self.eos_ids = eos_ids(self.model, tokenizer)
-        if not self.eos_ids:
-            raise ConfigError("the model has no end-of-sequence token: set generation_config.eos_token_id")
+        super().__init__(model, tokenizer, name=name or (model_label(base) if base else "custom"))
+        self.lora = lora
+        self.base = base
         self.saved_to: Path | None = None
         """The folder this policy was last saved to or loaded from; a saved DSPy program's engine points there."""
-        self._lock = threading.Lock()
+        sampling = None if sampling_dtype is None else resolve_dtype(sampling_dtype)
+        self.sampling_dtype: torch.dtype | None = None if sampling == self.dtype else sampling
+        self._sampler: PreTrainedModel | None = None
+        self._sampler_weights: tuple[tuple[int, int], ...] = ()
 
     # ---- constructors ------------------------------------------------------------------------------------------
     @classmethod
@@ -194,10 +177,12 @@ class ConductorLM:
         dtype: str | torch.dtype = "float32",
         lora: LoraSpec | None = LoraSpec(),
         device: str | torch.device | None = None,
+        sampling_dtype: str | torch.dtype | None = None,
     ) -> ConductorLM:
-        """A policy from an embedded local model name (see ``EMBEDDED_MODELS``), a transformers folder or a GGUF."""
+        """A policy from an embedded local model name (see ``conductor.local.EMBEDDED_MODELS``), a transformers
+        folder or a GGUF."""
         source, model, tokenizer = load_base(name_or_path, resolve_dtype(dtype))
-        return cls(model, tokenizer, base=source, lora=lora, device=device)
+        return cls(model, tokenizer, base=source, lora=lora, device=device, sampling_dtype=sampling_dtype)
 
     @classmethod
     def tiny(
@@ -210,6 +195,7 @@ class ConductorLM:
         dtype: str | torch.dtype = "float32",
         lora: LoraSpec | None = LoraSpec(r=4, alpha=8),
         device: str | torch.device | None = "cpu",
+        sampling_dtype: str | torch.dtype | None = None,
     ) -> ConductorLM:
         """A small random-weight llama (about 0.1M parameters) with a byte-level ChatML tokenizer; no download.
 
@@ -235,16 +221,21 @@ class ConductorLM:
             model = LlamaForCausalLM(config).to(resolve_dtype(dtype))
         model.generation_config.eos_token_id = eos
         model.generation_config.pad_token_id = config.pad_token_id
-        return cls(model, tokenizer, base=None, lora=lora, name=TINY_NAME, device=device)
+        return cls(model, tokenizer, base=None, lora=lora, name=TINY_NAME, device=device, sampling_dtype=sampling_dtype)
 
     @classmethod
     def load(
-        cls, folder: str | os.PathLike[str], *, dtype: str | torch.dtype | None = None, device: str | None = None
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        dtype: str | torch.dtype | None = None,
+        device: str | None = None,
+        sampling_dtype: str | torch.dtype | None = None,
     ) -> ConductorLM:
         """Restore a policy written by ``save``; ``dtype`` overrides the saved base dtype."""
         from conductor.conductor_lm._checkpoint import load_policy
 
-        return load_policy(cls, Path(folder), dtype=dtype, device=device)
+        return load_policy(cls, Path(folder), dtype=dtype, device=device, sampling_dtype=sampling_dtype)
 
     # ---- properties --------------------------------------------------------------------------------------------
     @property
@@ -260,6 +251,47 @@ class ConductorLM:
         """The weights an optimizer should update: the LoRA adapters, or every weight without LoRA."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    # ---- sampling in another dtype -----------------------------------------------------------------------------
+    def sampling_model(self) -> Any:
+        """The model ``sample`` generates with: the policy itself, or with ``sampling_dtype`` a plain copy of it in
+        that dtype holding the current weights (LoRA merged in: ``base + B @ A * scale``, rounded once).
+
+        The copy follows training by itself: before each sampling call it is brought up to date when a trainable
+        weight changed in place since the last one (an optimizer step, a checkpoint loaded), which torch's
+        per-tensor version counters tell for free. The learner keeps its dtype (float32 adapters, optimizer state
+        and new-policy log-probs); only sampling, and the log-probs a ``Sample`` records, use the copy.
+
+        When that is sound: the tokens then come from a policy that differs from the learner's by rounding, so
+        GRPO's importance ratio ``exp(logp_learner - logp_sampler)`` is not exactly 1 even before an update. It is
+        sound where those ratios stay well inside the clip range (``benchmarks/sampling_dtype.py`` measures them for
+        SmolLM2; see ``docs/gpu_recipe.md``); a trainer that uses the learner's own detached log-probs as the old
+        ones (one update per batch) ignores the mismatch, and one that takes the old log-probs from the ``Sample``
+        clips it. The copy costs the model's memory again in ``sampling_dtype`` (a 7B model: about 15 GB in bf16).
+        """
+        if self.sampling_dtype is None:
+            return self.model
+        weights = tuple((p.data_ptr(), p._version) for p in self.trainable_parameters())
+        if self._sampler is None or weights != self._sampler_weights:
+            self._sync_sampler()
+            self._sampler_weights = weights
+        return self._sampler
+
+    @torch.no_grad()
+    def _sync_sampler(self) -> None:
+        """Create the sampling copy (frozen weights once) and write the current trainable weights into it."""
+        if self._sampler is None:
+            self._sampler = self.base_model().to(self.sampling_dtype).eval().requires_grad_(False)
+        if self.lora is None:
+            self._sampler.load_state_dict(self.model.state_dict())  # every weight is trainable
+            return
+        from peft.tuners.lora import LoraLayer
+
+        adapter = self.model.active_adapter
+        for name, module in self.model.get_base_model().named_modules():
+            if isinstance(module, LoraLayer):
+                merged = module.get_base_layer().weight + module.get_delta_weight(adapter)
+                self._sampler.get_submodule(name).weight.copy_(merged)
+
     def train(self, mode: bool = True) -> ConductorLM:
         """Train mode (LoRA dropout on); sampling always runs in eval mode and restores the mode afterwards."""
         self.model.train(mode)
@@ -268,92 +300,11 @@ class ConductorLM:
     def eval(self) -> ConductorLM:
         return self.train(False)
 
-    # ---- tokens ------------------------------------------------------------------------------------------------
-    @property
-    def pad_id(self) -> int:
-        return self.tokenizer.pad_token_id
-
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Prompt token ids: raw text as is, chat messages through the chat template (with the generation prompt)."""
-        return encode_prompt(self.tokenizer, prompt)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
-
-    @property
-    def context_window(self) -> int | None:
-        return getattr(self.model.config, "max_position_embeddings", None)
-
-    # ---- sampling and scoring ----------------------------------------------------------------------------------
-    def sample(
-        self,
-        prompts: Sequence[Prompt],
-        n: int = 1,
-        *,
-        max_new_tokens: int = 256,
-        temperature: float | None = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None = None,
-        stop: Sequence[str] = (),
-        batch_size: int | None = None,
-    ) -> list[list[Sample]]:
-        """``n`` samples per prompt (``result[i][j]``), with per-token log-probs under the sampling policy.
-
-        ``temperature`` 0 or ``None`` is greedy. Thread-safe: calls on one policy run one at a time. Runs in eval
-        mode without gradient, seeded with ``seed`` without touching the global RNG state.
-        """
-        ids = [self.encode(p) for p in prompts]
-        with self._lock:
-            return generate_samples(
-                self.model,
-                self.tokenizer,
-                ids,
-                n,
-                eos_ids=self.eos_ids,
-                pad_id=self.pad_id,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=seed,
-                logits_processor=logits_processor,
-                stop=stop,
-                batch_size=batch_size,
-            )
-
-    def sequence_logprobs(
-        self,
-        prompt_ids: Sequence[int] | Sequence[Sequence[int]],
-        completion_ids: Sequence[int] | Sequence[Sequence[int]],
-        *,
-        grad: bool = False,
-        temperature: float = 1.0,
-        batch_size: int | None = None,
-    ) -> torch.Tensor | list[torch.Tensor]:
-        """Per-token log-probs of completions under the current weights: one 1-D tensor for one
-        ``(prompt, completion)`` pair of id lists, a list of them for lists of pairs. With ``grad``, the tensors
-        carry a graph back to the trainable weights (GRPO's new-policy term)."""
-        prompt_ids, completion_ids = _as_lists(prompt_ids), _as_lists(completion_ids)
-        single = len(prompt_ids) > 0 and isinstance(prompt_ids[0], int)
-        prompts = [prompt_ids] if single else [_as_lists(p) for p in prompt_ids]
-        completions = [completion_ids] if single else [_as_lists(c) for c in completion_ids]
-        out = sequence_logprobs(
-            self.model,
-            prompts,  # type: ignore[arg-type]
-            completions,  # type: ignore[arg-type]
-            pad_id=self.pad_id,
-            temperature=temperature,
-            grad=grad,
-            batch_size=batch_size,
-        )
-        return out[0] if single else out
-
     # ---- DSPy --------------------------------------------------------------------------------------------------
-    def engine(self, **kwargs: Any) -> ConductorEngine:
-        """A DSPy custom engine over this policy (see ``ConductorEngine``)."""
-        from conductor.conductor_lm._engine import ConductorEngine
-
-        return ConductorEngine(self, **kwargs)
+    def engine(self, **kwargs: Any) -> LocalEngine:
+        """The DSPy custom engine over this policy (``LocalEngine``: ``temperature``, ``max_tokens``,
+        ``logits_processor``, ``on_sample``)."""
+        return LocalEngine(self, **kwargs)
 
     def as_dspy_lm(
         self,
@@ -361,28 +312,30 @@ class ConductorLM:
         temperature: float = 0.0,
         max_tokens: int = 512,
         logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None = None,
-        on_sample: Any = None,
+        on_sample: Callable[[Sample], None] | None = None,
         **lm_kwargs: Any,
     ) -> dspy.LM:
         """This policy as ``dspy.LM("conductor/<name>")``, to pass to ``Conductor`` like any API model.
 
         ``temperature`` and ``max_tokens`` are the defaults for requests that don't set them (greedy by default);
+        ``logits_processor`` constrains every completion (e.g. ``constrain_for``'s workflow grammar);
         ``on_sample(sample)`` sees every ``Sample`` the LM produced (token ids and log-probs, e.g. for RL).
         """
-        import dspy
-
-        engine = self.engine(
-            temperature=temperature, max_tokens=max_tokens, logits_processor=logits_processor, on_sample=on_sample
+        return local_lm(
+            self,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            logits_processor=logits_processor,
+            on_sample=on_sample,
+            **lm_kwargs,
         )
-        options = {"cache": False, "num_retries": 0, "temperature": temperature, "max_tokens": max_tokens}
-        return dspy.LM(f"conductor/{self.name}", engine=engine, **(options | lm_kwargs))
 
     # ---- weights -----------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:
         """Write the adapter (or the whole model without LoRA), tokenizer and ``conductor_lm.json`` atomically."""
         from conductor.conductor_lm._checkpoint import save_policy
 
-        with self._lock:
+        with self.lock:
             self.saved_to = save_policy(self, Path(folder))
         return self.saved_to
 

@@ -1,8 +1,10 @@
 """Deployable programs: save a compiled ``Conductor`` as one folder, load it back, serve it over HTTP.
 
-``save_program`` / ``load_program`` (alias ``load``) need nothing beyond the core package; ``create_app`` needs
-FastAPI (``pip install 'dspy-conductor[serve]'``) and imports it only when called. Governance of a served program:
-API keys with allowed workers and budgets (``KeyStore``, ``SpendLedger``) and an append-only audit log (``AuditLog``).
+``save_program`` / ``load_program`` (aliases ``save`` / ``load``, also ``conductor.save`` / ``conductor.load``) need
+nothing beyond the core package; ``create_app`` needs FastAPI (``pip install 'dspy-conductor[serve]'``) and imports
+it only when called. Governance of a served program: API keys with allowed workers and budgets (``KeyStore``,
+``SpendLedger``) and an append-only audit log (``AuditLog``). ``conductor_lm`` reads the one way a conductor LM is
+named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever one is.
 """
 
 from pathlib import Path
@@ -19,15 +21,26 @@ from conductor.deploy._governance import (
     new_key,
     read_keys_file,
 )
-from conductor.deploy._server import create_app
+from conductor.deploy._naming import conductor_lm, conductor_policy, is_trainable
+from conductor.deploy._server import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_TIMEOUT_S,
+    create_app,
+    import_serving,
+)
+from conductor.deploy._trust import ProgramReview, review_program
 
-load = load_program
+load, save = load_program, save_program
 
 TRAINED_PROGRAM = Path(__file__).resolve().parents[1] / "trained" / "local-routing"
 """The trained conductor that ships with the package (``conductor run``'s default): SmolLM2-135M with a LoRA adapter
 trained by ``experiments/configs/local_routing.yaml`` over the embedded local pool; its scores are beside it."""
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_TIMEOUT_S",
     "FORMAT_VERSION",
     "TRAINED_PROGRAM",
     "AuditEntry",
@@ -35,13 +48,20 @@ __all__ = [
     "DaySpend",
     "KeySpec",
     "KeyStore",
+    "ProgramReview",
     "SpendLedger",
     "SpendLimitExceeded",
+    "conductor_lm",
+    "conductor_policy",
     "create_app",
     "hash_key",
+    "import_serving",
+    "is_trainable",
     "load",
     "load_program",
     "new_key",
     "read_keys_file",
+    "review_program",
+    "save",
     "save_program",
 ]

@@ -2,23 +2,21 @@
 
 Folder layout::
 
-    manifest.json     format and library versions, the conductor LM, the task signature, max steps and depth, budget,
-                      roles (import paths of built-ins, instructions of all) and whatever ``extra_manifest`` adds
+    manifest.json     format and library versions, the conductor LM, the program's ``ConductorConfig`` (its entries
+                      at the top level) and whatever ``extra_manifest`` adds
     pool.json         the pool's config (``PoolSpec``): API keys are named by environment variable, never stored
     program.json      DSPy's own state of every predictor (instructions and demos), LMs left out
     conductor_lm/     a trainable conductor LM's own checkpoint (only for one)
 
 No secret is ever written: API keys stay in the environment and are read again at load time. The folder is written
 under a temporary name next to the target and renamed into place, so an earlier program there is replaced only once
-the new one is complete. Loading trusts the folder: the pool and the conductor LM may name classes and functions to
-import, as a pool config does.
+the new one is complete. Loading doesn't trust the folder: what it may run is decided by ``_trust`` before anything
+it names is imported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib
 import importlib.metadata
 import json
 import logging
@@ -29,12 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+import pydantic
 
-from conductor._files import write_folder_atomically
+from conductor._files import replaceable_folder, write_folder_atomically
 from conductor._imports import import_object
-from conductor.errors import ConductorError, ConfigError
-from conductor.modules import Budget, Conductor, WorkerPool
-from conductor.signatures import BUILTIN_ROLES, role_name
+from conductor._version import __version__
+from conductor.deploy._trust import ENDPOINT_KEYS, redact_url, review_program
+from conductor.errors import ConductorError, ConfigError, validation_problems
+from conductor.local import trainable_policy
+from conductor.modules import Conductor, ConductorConfig, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ VERSIONED = ("dspy", "litellm", "torch", "transformers", "peft")
 SECRET_PARTS = frozenset(
     {"key", "secret", "password", "token", "credential", "credentials", "auth", "authorization", "headers", "cookie"}
 )
-_BUILTINS = {role_name(role): role for role in BUILTIN_ROLES}
 
 
 # ---- save ------------------------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def save_program(program: Conductor, path: str | Path, *, extra_manifest: dict[s
     if lm is None:
         raise ConfigError("the program has no conductor LM (and dspy.settings.lm is unset): nothing to save it with")
     pool = _pool_spec(program.pool)
-    policy = _policy(lm)
+    policy = trainable_policy(lm)
     manifest = _manifest(program, lm, extra_manifest or {})
 
     def write(tmp: Path) -> None:
@@ -74,42 +74,21 @@ def save_program(program: Conductor, path: str | Path, *, extra_manifest: dict[s
             policy.save(tmp / POLICY_DIR)
         _write_json(tmp / MANIFEST, manifest)  # last: a folder with a manifest is complete
 
-    target = write_folder_atomically(_check_target(Path(path)), write, replace=True)
+    target = write_folder_atomically(replaceable_folder(Path(path), MANIFEST, "a program"), write, replace=True)
     if policy is not None and hasattr(policy, "saved_to"):
         policy.saved_to = target / POLICY_DIR  # it was saved into the temporary folder, now renamed
     logger.info("saved the program to %s", target)
     return target
 
 
-def _check_target(target: Path) -> Path:
-    """The absolute ``target``, after refusing a file or a non-empty folder that is not a saved program (saving
-    replaces the folder: a wrong path must not delete data)."""
-    target = target.expanduser().absolute()
-    if target.exists():
-        if not target.is_dir():
-            raise ConductorError(f"{target} is a file, not a folder to save a program in")
-        if any(target.iterdir()) and not (target / MANIFEST).is_file():
-            raise ConductorError(f"{target} is not empty and holds no {MANIFEST}: refusing to overwrite it")
-    return target
-
-
 def _manifest(program: Conductor, lm: dspy.BaseLM, extra: dict[str, Any]) -> dict[str, Any]:
-    from conductor import __version__
-
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": {"dspy-conductor": __version__, "python": platform.python_version(), **_versions()},
         "conductor_lm": _describe_lm(lm),
-        "signature": _signature_text(program.signature),
-        "max_steps": program.limits.max_steps,
-        "max_depth": program.max_depth,
-        "budget": dataclasses.asdict(program.executor.budget),
-        "fallback": program.fallback,
-        "max_question_chars": program.max_question_chars,
-        "max_parallel": program.executor.max_parallel,
-        "roles": [_describe_role(name, predictor) for name, predictor in program.roles.items()],
+        **program.config().model_dump(mode="json"),
     }
     clashes = sorted(set(extra) & set(manifest))
     if clashes:
@@ -138,18 +117,15 @@ def _pool_spec(pool: WorkerPool) -> dict[str, Any]:
         )
     if [w.name for w in spec.workers] != pool.names:
         raise ConfigError(f"the pool's workers {pool.names} no longer match its config; build it from config again")
-    return spec.model_copy(update={"show_descriptions": pool.show_descriptions}).model_dump(mode="json")
-
-
-def _policy(lm: dspy.BaseLM) -> Any:
-    """The trainable model behind ``lm`` (``ConductorLM.as_dspy_lm()`` serves ``engine.policy``), if it saves itself."""
-    policy = getattr(getattr(lm, "engine", None), "policy", None)
-    return policy if callable(getattr(policy, "save", None)) else None
+    config = spec.model_copy(update={"show_descriptions": pool.show_descriptions}).model_dump(mode="json")
+    for worker in config["workers"]:  # keys are named by environment variable already; a URL may still carry one
+        worker.update({k: redact_url(worker[k]) for k in ENDPOINT_KEYS if worker.get(k)})
+    return config
 
 
 def _describe_lm(lm: dspy.BaseLM) -> dict[str, Any]:
     """How to rebuild the conductor LM: a trainable policy's folder and LM options, or DSPy's own LM state."""
-    policy = _policy(lm)
+    policy = trainable_policy(lm)
     if policy is not None:
         from conductor.conductor_lm import WorkflowConstraint
 
@@ -170,44 +146,16 @@ def _describe_lm(lm: dspy.BaseLM) -> dict[str, Any]:
 
 
 def _without_secrets(value: Any) -> Any:
+    """``value`` without settings whose names mark a secret, and endpoint URLs without the credentials they carry."""
     if isinstance(value, dict):
-        return {k: _without_secrets(v) for k, v in value.items() if not SECRET_PARTS & set(str(k).lower().split("_"))}
+        return {
+            k: redact_url(v) if k in ENDPOINT_KEYS and v else _without_secrets(v)
+            for k, v in value.items()
+            if not SECRET_PARTS & set(str(k).lower().split("_"))
+        }
     if isinstance(value, list | tuple):
         return [_without_secrets(v) for v in value]
     return value
-
-
-def _describe_role(name: str, predictor: dspy.Predict) -> dict[str, Any]:
-    signature = predictor.signature
-    builtin = _BUILTINS.get(name)
-    same_fields = builtin is not None and list(builtin.fields) == list(signature.fields)
-    return {
-        "name": name,
-        "class": _import_path(builtin) if same_fields else None,  # None: rebuilt from `signature`
-        "signature": _signature_text(signature),
-        "instructions": signature.instructions,
-    }
-
-
-def _signature_text(signature: type[dspy.Signature]) -> str:
-    """``"question: str -> answer: int"``; refused when DSPy would not read the same fields and types back."""
-
-    def side(fields: dict[str, Any]) -> str:
-        return ", ".join(f"{name}: {_type_text(field.annotation)}" for name, field in fields.items())
-
-    text = f"{side(signature.input_fields)} -> {side(signature.output_fields)}"
-    try:
-        parsed = dspy.ensure_signature(text)
-    except (ValueError, TypeError, SyntaxError, NameError) as exc:
-        raise ConfigError(f"the signature {signature.signature!r} can't be saved as text ({text!r}): {exc}") from exc
-    types = {name: field.annotation for name, field in signature.fields.items()}
-    if {name: field.annotation for name, field in parsed.fields.items()} != types:
-        raise ConfigError(f"the signature {signature.signature!r} can't be saved as text: its field types {types}")
-    return text
-
-
-def _type_text(annotation: Any) -> str:
-    return annotation.__name__ if isinstance(annotation, type) else repr(annotation).replace("typing.", "")
 
 
 @contextlib.contextmanager
@@ -228,8 +176,12 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 # ---- load ------------------------------------------------------------------------------------------------------
-def load_program(path: str | Path) -> Conductor:
-    """Rebuild the program saved in the folder ``path``. API keys are read from the environment now."""
+def load_program(path: str | Path, *, trust_code: bool = False) -> Conductor:
+    """Rebuild the program saved in the folder ``path``. API keys are read from the environment now.
+
+    Untrusted (the default), a program that names code the library didn't ship or an endpoint of its own is refused
+    with the list of what it wants, before anything it names is imported (see ``_trust``); ``trust_code=True`` lets
+    it run, for programs whose author you trust."""
     folder = Path(path).expanduser().absolute()
     if not folder.is_dir():
         raise ConductorError(f"{folder} is not a folder: there is no saved program there")
@@ -241,20 +193,11 @@ def load_program(path: str | Path) -> Conductor:
         )
     _warn_on_version_change(manifest.get("versions", {}))
     pool_config = _read_json(folder / POOL)
+    review_program(manifest, pool_config).enforce(str(folder), trust_code=trust_code)
     _require(folder / PROGRAM)
+    config = _read_config(folder / MANIFEST, manifest)
     lm = _load_lm(manifest["conductor_lm"], folder)
-    program = Conductor(
-        WorkerPool.from_config(pool_config),
-        lm,
-        signature=manifest["signature"],
-        max_steps=manifest["max_steps"],
-        max_depth=manifest.get("max_depth", 0),
-        roles=[_load_role(role) for role in manifest["roles"]],
-        budget=Budget(**manifest["budget"]),
-        fallback=manifest["fallback"],
-        max_question_chars=manifest["max_question_chars"],
-        max_parallel=manifest.get("max_parallel", 4),
-    )
+    program = Conductor.from_config(config, WorkerPool.from_config(pool_config), lm)
     try:
         with _lms_set_aside(program):
             program.load(str(folder / PROGRAM))
@@ -269,9 +212,16 @@ def load_program(path: str | Path) -> Conductor:
     return program
 
 
-def _warn_on_version_change(saved: dict[str, str]) -> None:
-    from conductor import __version__
+def _read_config(path: Path, manifest: dict[str, Any]) -> ConductorConfig:
+    """The program's options: the manifest's entries that are ``ConductorConfig`` fields (an older manifest may lack
+    some; they take their defaults)."""
+    try:
+        return ConductorConfig.model_validate({k: v for k, v in manifest.items() if k in ConductorConfig.model_fields})
+    except pydantic.ValidationError as exc:
+        raise ConductorError(f"{path} holds invalid program options: {'; '.join(validation_problems(exc))}") from None
 
+
+def _warn_on_version_change(saved: dict[str, str]) -> None:
     if saved.get("dspy-conductor") != __version__:
         logger.warning(
             "this program was saved by dspy-conductor %s; this is %s", saved.get("dspy-conductor"), __version__
@@ -293,15 +243,6 @@ def _load_lm(description: dict[str, Any], folder: Path) -> dspy.BaseLM:
         return dspy.LM.load_state(description["state"], allow_custom_lm_class=True)
     except (ImportError, TypeError, ValueError) as exc:
         raise ConductorError(f"can't rebuild the conductor LM {description['model']!r}: {exc}") from exc
-
-
-def _load_role(entry: dict[str, Any]) -> type[dspy.Signature]:
-    if entry["class"]:
-        role = import_object(entry["class"])
-        if not (isinstance(role, type) and issubclass(role, dspy.Signature)):
-            raise ConductorError(f"role {entry['name']!r}: {entry['class']} is not a dspy.Signature")
-        return role
-    return dspy.make_signature(entry["signature"], entry["instructions"], signature_name=entry["name"])
 
 
 def _import_path(obj: type) -> str:

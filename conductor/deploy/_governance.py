@@ -36,7 +36,7 @@ import pydantic
 import yaml
 
 from conductor.deploy._audit import create_schema, transaction
-from conductor.errors import ConductorError, ConfigError
+from conductor.errors import ConductorError, ConfigError, validation_problems
 from conductor.modules import Budget
 
 HASH_PREFIX = "sha256:"
@@ -117,10 +117,15 @@ class KeyStore:
             raise ConfigError(f"{source} must hold a mapping with a `keys` list")
         keys, problems = [], []
         for i, entry in enumerate(entries):
+            if isinstance(entry, dict) and "key" in entry:
+                problems.append(
+                    f"keys.{i}.key: a raw key must never be stored: store its hash (`conductor keys add` makes one)"
+                )
+                entry = {name: value for name, value in entry.items() if name != "key"}
             try:
                 keys.append(KeySpec.model_validate(entry))
             except pydantic.ValidationError as exc:
-                problems += [f"keys.{i}.{_location(error)}: {_message(error)}" for error in exc.errors()]
+                problems += [f"keys.{i}.{problem}" for problem in validation_problems(exc, "(entry)")]
         for field in ("id", "hash"):
             values = [entry.get(field) for entry in entries if isinstance(entry, dict) and entry.get(field)]
             repeated = sorted({value for value in values if values.count(value) > 1})
@@ -174,16 +179,6 @@ def read_keys_file(path: str | Path) -> Any:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"can't read the keys file {path}: {exc}") from exc
     return config if config is not None else {"keys": []}
-
-
-def _location(error: Any) -> str:
-    return ".".join(map(str, error["loc"])) or "(entry)"
-
-
-def _message(error: Any) -> str:
-    if error["type"] == "extra_forbidden" and error["loc"] == ("key",):
-        return "a raw key must never be stored: store its hash (`conductor keys add` makes one)"
-    return error["msg"].removeprefix("Value error, ")
 
 
 class SpendLimitExceeded(ConductorError):

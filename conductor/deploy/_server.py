@@ -2,7 +2,7 @@
 and ``GET /health``.
 
 A thin layer over the library: the question (the last user message) goes to the ``Conductor``, which writes a
-workflow (``Conductor.plan``); the workflow is checked against the caller's key and run by the program's executor;
+workflow (``Conductor.ask``); the workflow is checked against the caller's key and run by the program's executor;
 the prediction comes back as a ``chat.completion`` whose extra ``conductor`` field holds the workflow, the per-step
 trace, tokens, cost (split by step and by worker) and the run's error, if any. Runs are synchronous, so they go to a
 bounded thread pool. Streaming is not supported yet: ``stream: true`` is refused with a 400.
@@ -19,7 +19,6 @@ Needs FastAPI (``pip install 'dspy-conductor[serve]'``), imported only when an a
 import asyncio
 import concurrent.futures
 import contextlib
-import copy
 import dataclasses
 import importlib
 import json
@@ -44,7 +43,7 @@ from conductor.deploy._governance import (
     SpendLimitExceeded,
     worker_problems,
 )
-from conductor.errors import ConfigError, MissingDependency
+from conductor.errors import ConfigError, MissingDependency, validation_problems
 from conductor.modules import Budget, Conductor, Executor, RunError, RunResult, WorkerPool, Workflow
 
 if TYPE_CHECKING:
@@ -252,12 +251,8 @@ def _executor_for(program: Conductor, key: KeySpec) -> Executor:
     pool = program.pool
     if all(key.allows(name) for name in pool.names):
         return program.executor
-    fallbacks = {name: [other for other in others if key.allows(other)] for name, others in pool.fallbacks.items()}
-    executor = copy.copy(program.executor)
-    executor.pool = WorkerPool(
-        list(pool), show_descriptions=pool.show_descriptions, spec=pool.spec, fallbacks=fallbacks
-    )
-    return executor
+    allowed = [name for name in pool.names if key.allows(name)]
+    return program.copy_with(pool=pool.subset(range(len(pool)), fallback_to=allowed)).executor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,7 +270,7 @@ class _Runner:
         try:
             question = program.question_text(inputs)
             if isinstance(question, RunError):
-                prediction = program.make_prediction(RunResult(answer=None, error=question), None, "")
+                prediction = program.no_answer(question)
             else:
                 entry.question = question
                 prediction = self._run(caller, question, budget, entry)
@@ -306,8 +301,8 @@ class _Runner:
                 entry.workflow = workflow.to_text()
                 _check_workers(program.pool, caller.key, workflow, format_error)
 
-            plan = program.plan(question)
-            prediction = program.run_plan(question, plan, executor=caller.executor, budget=budget, check=check)
+            reply = program.ask(question)
+            prediction = program.run_reply(question, reply, executor=caller.executor, budget=budget, check=check)
             return prediction
         finally:
             if reservation is not None:
@@ -381,7 +376,7 @@ def _parse(body: bytes) -> _ChatRequest:
     try:
         chat = _ChatRequest.model_validate(data)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(validation_problems(exc, "(body)"))
         raise RequestError(400, f"invalid request: {problems}", "invalid_request") from None
     if chat.stream:
         raise RequestError(400, "streaming is not supported yet: send `stream: false`", "stream_unsupported")
@@ -421,18 +416,17 @@ def _lowered(ceiling: Budget, requested: dict[str, Any] | None) -> Budget:
     unknown = sorted(set(requested) - set(_BUDGET_FIELDS))
     if unknown:
         raise RequestError(400, f"conductor_budget has unknown fields {unknown}; use {list(_BUDGET_FIELDS)}", "budget")
-    try:
+    try:  # Budget refuses negative, NaN and infinite limits itself
         asked = pydantic.TypeAdapter(Budget).validate_python(requested)
     except pydantic.ValidationError as exc:
-        raise RequestError(400, f"invalid conductor_budget: {exc.errors()[0]['msg']}", "budget") from None
-    negative = [name for name in _BUDGET_FIELDS if (getattr(asked, name) or 0) < 0]
-    if negative:
-        raise RequestError(400, f"conductor_budget.{negative[0]} must not be negative", "budget")
+        problems = "; ".join(validation_problems(exc, "conductor_budget"))
+        raise RequestError(400, f"invalid conductor_budget: {problems}", "budget") from None
     return _tighter(ceiling, asked)
 
 
 def _tighter(ceiling: Budget, cap: Budget) -> Budget:
-    """Each of ``ceiling``'s limits, lowered to ``cap``'s where ``cap`` sets one."""
+    """Each of ``ceiling``'s limits, lowered to ``cap``'s where ``cap`` sets one: the smaller where both do (0 is a
+    limit of zero, never "no limit"; only ``None`` is)."""
     limits = {}
     for name in _BUDGET_FIELDS:
         limit, value = getattr(ceiling, name), getattr(cap, name)

@@ -1,36 +1,50 @@
 """Workflows, workers and pools, the executor and the Conductor module."""
 
 from conductor.modules._answer import extract_answer
-from conductor.modules._conductor import Conductor
-from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace
+from conductor.modules._conductor import AskRevision, Conductor, ConductorReply
+from conductor.modules._config import ConductorConfig
+from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace, Usage
 from conductor.modules._failover import WorkerHealth
-from conductor.modules._pool import WorkerPool
+from conductor.modules._pool import BUILTIN_TOOLS, WorkerBuilder, WorkerPool, WorkerSpec, register_worker_kind
+from conductor.modules._program import PoolProgram
 from conductor.modules._prompts import WorkerPromptAdapter, WorkflowAdapter
+from conductor.modules._sandbox import run_python
 from conductor.modules._tracing import disable_tracing, enable_tracing, render_trace_html
-from conductor.modules._worker import Completion, LMWorker, Messages, Price, Worker
+from conductor.modules._worker import Completion, LMWorker, Messages, Price, Worker, chat_request
 from conductor.modules._workflow import Limits, Step, Workflow
 
 __all__ = [
+    "BUILTIN_TOOLS",
+    "AskRevision",
     "Budget",
     "Completion",
     "Conductor",
+    "ConductorConfig",
+    "ConductorReply",
     "Executor",
     "LMWorker",
     "Limits",
     "Messages",
+    "PoolProgram",
     "Price",
     "RunError",
     "RunResult",
     "Step",
     "StepTrace",
+    "Usage",
     "Worker",
+    "WorkerBuilder",
     "WorkerHealth",
     "WorkerPool",
     "WorkerPromptAdapter",
+    "WorkerSpec",
     "Workflow",
     "WorkflowAdapter",
+    "chat_request",
     "disable_tracing",
     "enable_tracing",
     "extract_answer",
+    "register_worker_kind",
     "render_trace_html",
+    "run_python",
 ]

@@ -1,4 +1,10 @@
-"""An exact arithmetic calculator (an ``ast`` walk over a whitelist, never ``eval``) and its worker."""
+"""An exact arithmetic calculator (an ``ast`` walk over a whitelist, never ``eval``) and its worker.
+
+It never answers silently wrong: ``0x10`` is the hexadecimal literal 16 (as in Python, which parses the expression),
+not ``0 × 10``, since no one writes "zero times ten" that way while hexadecimal, binary (``0b``) and octal (``0o``)
+literals are everyday notation in the code-adjacent prompts this tool serves; and a result too small for a float
+(an underflow, which floats round to 0 or to a few digits) is an error rather than 0.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import decimal
 import math
 import operator
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -90,14 +97,18 @@ _OPERATORS: dict[type[ast.operator], Callable[[Any, Any], int | float]] = {
 _MULTI_ARGUMENT = frozenset(name for name, (_, _, most) in _FUNCTIONS.items() if most > 1)
 _THOUSANDS = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,])")
 _CALL_OR_CLOSE = re.compile(r"([A-Za-z_]\w*)?\s*\(|\)")
-_TIMES_X = re.compile(r"(?<=[\d.)])\s*x\s*(?=[\d.(])")
+# "x" between numbers is a times sign, except right after a number's leading 0: "0x10" is hexadecimal.
+_TIMES_X = re.compile(r"(?<=[\d.)])\s*(?<!(?<![\w.])0)x\s*(?=[\d.(])")
+_PREFIXED_INTEGER = r"(?<![\w.])0(?:[xX][\da-fA-F_]+|[bB][01_]+|[oO][0-7_]+)(?![\w.])"
 # Operators written as words between two operands ("What is 772 minus 949?", as BIG-bench's arithmetic task asks).
 _WORD_OPERATORS = {"plus": "+", "minus": "-", "times": "*", "multiplied by": "*", "divided by": "/"}
 _WORD_OPERATOR = re.compile(rf"(?<=[\d)])\s+({'|'.join(_WORD_OPERATORS)})\s+(?=[\d(-])", re.IGNORECASE)
 _NAMES = "|".join(sorted(map(re.escape, [*_FUNCTIONS, *_CONSTANTS]), key=len, reverse=True))
 _CANDIDATE = re.compile(
-    rf"(?:[\d.+\-*/^%(),×÷− \t]|(?<![A-Za-z_])(?:{_NAMES})(?![A-Za-z_])|(?<=[\d) \t])x(?=[\d( \t]))+"
+    rf"(?:{_PREFIXED_INTEGER}|[\d.+\-*/^%(),×÷− \t]|(?<![A-Za-z_])(?:{_NAMES})(?![A-Za-z_])"
+    rf"|(?<=[\d) \t])(?<!(?<![\w.])0)x(?=[\d( \t]))+"
 )
+_SMALLEST_FLOAT = sys.float_info.min  # below it floats lose digits (subnormals) and then reach 0
 
 
 def _innermost_call(text: str, position: int) -> str | None:
@@ -154,8 +165,9 @@ def _check(node: ast.expr) -> None:
         raise ToolInputError(f"{type(node).__name__} is not allowed in an arithmetic expression")
 
 
-def _parse(expression: str) -> ast.expr:
-    """The checked syntax tree of ``expression``; ``WorkerError`` if it is not an allowed arithmetic expression."""
+def _parse(expression: str) -> tuple[ast.expr, str]:
+    """The checked syntax tree of ``expression`` and the normalized text it was parsed from; ``ToolInputError`` if it
+    is not an allowed arithmetic expression."""
     if len(expression) > _MAX_EXPRESSION_CHARS:
         raise ToolInputError(f"expression longer than {_MAX_EXPRESSION_CHARS} characters")
     text = _normalize(expression).strip()
@@ -168,11 +180,34 @@ def _parse(expression: str) -> ast.expr:
         raise ToolInputError(f"not an arithmetic expression: {expression!r}") from None
     except RecursionError:
         raise ToolInputError("expression nested too deeply") from None
-    return tree.body
+    return tree.body, text
+
+
+_TINY = f"below {_SMALLEST_FLOAT:.3g} in size, floats keep too few digits or become 0"
+
+
+def _refuse_underflowed_numbers(tree: ast.expr, text: str) -> None:
+    """Refuse a number written too small for a float (``1e-400``, which Python reads as 0)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float) and abs(node.value) < _SMALLEST_FLOAT:
+            literal = ast.get_source_segment(text, node) or ""
+            if any(digit in re.split("[eE]", literal)[0] for digit in "123456789"):
+                raise ToolInputError(f"the number {literal} is too small: {_TINY}")
+
+
+def _exactly_nonzero(node: ast.expr, operands: list[int | float]) -> bool:
+    """Whether the exact result of ``node`` on ``operands`` is sure not to be 0: a product of non-zero numbers, a
+    quotient or power of a non-zero number, an exponential."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return all(operands)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.Pow):
+        return operands[0] != 0
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exp"
 
 
 def _evaluate(node: ast.expr) -> int | float:
-    """Evaluate a tree ``_check`` accepted; every intermediate result is bounded in size."""
+    """Evaluate a tree ``_check`` accepted; every intermediate result is bounded in size, and none underflows."""
+    operands: list[int | float] = []
     if isinstance(node, ast.Constant):
         value = node.value
     elif isinstance(node, ast.Name):
@@ -181,14 +216,18 @@ def _evaluate(node: ast.expr) -> int | float:
         operand = _evaluate(node.operand)
         value = -operand if isinstance(node.op, ast.USub) else +operand
     elif isinstance(node, ast.BinOp):
-        value = _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+        operands = [_evaluate(node.left), _evaluate(node.right)]
+        value = _OPERATORS[type(node.op)](*operands)
     else:
         assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-        value = _FUNCTIONS[node.func.id][0](*(_evaluate(a) for a in node.args))
+        operands = [_evaluate(a) for a in node.args]
+        value = _FUNCTIONS[node.func.id][0](*operands)
     if isinstance(value, complex):
         raise ToolInputError("the result is not a real number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ToolInputError("result too large")
+    if isinstance(value, float) and abs(value) < _SMALLEST_FLOAT and (value or _exactly_nonzero(node, operands)):
+        raise ToolInputError(f"result too small: {ast.unparse(node)} underflows ({_TINY})")
     if isinstance(value, int) and value.bit_length() > _MAX_BITS:
         raise ToolInputError(f"result too large: more than {_MAX_DIGITS:,} digits")
     return value
@@ -204,10 +243,12 @@ def calculate(expression: str) -> str:
     """Evaluate an arithmetic expression without ``eval``: integers stay exact, floats print at full precision.
 
     Allowed: numbers, ``+ - * / // % **`` (``^`` too), parentheses, pi, e, and sqrt, log, log10, exp, sin, cos, tan,
-    abs, round, floor, ceil, min, max, factorial. Results over 10,000 digits, factorials over 1000 and expressions
-    over 1000 characters are refused before any work is done, so no input can make it run long.
+    abs, round, floor, ceil, min, max, factorial; integers may be written in hexadecimal, binary or octal (``0x10``).
+    Results over 10,000 digits, factorials over 1000 and expressions over 1000 characters are refused before any work
+    is done, so no input can make it run long; results too small for a float are refused rather than rounded to 0.
     """
-    tree = _parse(expression)
+    tree, text = _parse(expression)
+    _refuse_underflowed_numbers(tree, text)
     try:
         return _format(_evaluate(tree))
     except ZeroDivisionError:
@@ -258,7 +299,7 @@ def extract_expression(text: str) -> str:
     candidates = [c for c in map(_trim, _CANDIDATE.findall(text)) if any(ch.isdigit() for ch in c) and _parses(c)]
     if not candidates:
         raise ToolInputError("no arithmetic expression found")
-    formulas = [c for c in candidates if not isinstance(_parse(c), ast.Constant)]
+    formulas = [c for c in candidates if not isinstance(_parse(c)[0], ast.Constant)]
     return (formulas or candidates)[-1]
 
 

@@ -8,15 +8,19 @@ which may name itself again while rounds are left.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple, Unpack
+from typing import Any, NamedTuple
 
 import dspy
+import pydantic
 from dspy.utils.exceptions import AdapterParseError
 
-from conductor.errors import ConfigError, WorkflowError
+from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid_config
+from conductor.modules._config import ConductorConfig, named_role
 from conductor.modules._executor import Budget, Executor, RunError, RunResult
 from conductor.modules._pool import WorkerPool
 from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
@@ -26,7 +30,6 @@ from conductor.signatures import Orchestrate, Revise
 
 logger = logging.getLogger(__name__)
 
-Fallback = Literal["first_worker", "none"]
 Check = Callable[[Workflow, RunError | None], None]
 
 SELF_DESCRIPTION = (
@@ -35,12 +38,17 @@ SELF_DESCRIPTION = (
 """How the conductor sees itself in the worker list while a recursive round is left."""
 
 
-class Plan(NamedTuple):
-    """The conductor's answer for one question: a runnable workflow, or ``None`` and the format ``error``."""
+class ConductorReply(NamedTuple):
+    """The conductor's completion for one round, read: a runnable workflow, or ``None`` and the format ``error``."""
 
     workflow: Workflow | None
     text: str
     error: RunError | None
+
+
+AskRevision = Callable[[str, Workflow, dspy.Prediction, int], ConductorReply]
+"""How a recursive round asks the conductor: ``(question, previous workflow, previous round's prediction, depth)``
+to the reply (``Conductor.ask_revision`` by default; GRPO samples the policy there instead)."""
 
 
 class Conductor(PoolProgram):
@@ -58,32 +66,42 @@ class Conductor(PoolProgram):
     Args:
         pool: the workers, addressed by index.
         lm: the conductor LM (any ``dspy.LM``); ``None`` uses ``dspy.settings.lm``.
-        max_steps: the most steps a workflow may have (the paper used 5).
-        max_depth: the most recursive rounds a run may add (0: the conductor can't choose itself).
-        fallback: on an unusable workflow, ``"first_worker"`` asks worker 0 the question directly (recorded as a
-            format error all the same); ``"none"`` returns no answer.
-        **options: ``signature``, ``roles``, ``budget``, ``max_parallel``, ``max_question_chars`` (see ``PoolProgram``).
+        **options: ``ConductorConfig``'s fields: ``max_steps``, ``max_depth``, ``fallback``, ``signature``,
+            ``roles``, ``budget``, ``max_parallel``, ``max_question_chars``.
     """
 
-    def __init__(
-        self,
-        pool: WorkerPool,
-        lm: dspy.LM | None = None,
-        *,
-        max_steps: int = 5,
-        max_depth: int = 0,
-        fallback: Fallback = "first_worker",
-        **options: Unpack[ProgramOptions],
-    ):
-        if fallback not in ("first_worker", "none"):
-            raise ConfigError(f"fallback must be 'first_worker' or 'none', not {fallback!r}")
+    def __init__(self, pool: WorkerPool, lm: dspy.LM | None = None, **options: Any):
+        try:
+            config = ConductorConfig(**options)
+        except pydantic.ValidationError as exc:
+            raise invalid_config("invalid Conductor options", exc, "(options)") from None
         # Set before the roles, so named_predictors() lists the conductor first.
         self.orchestrate = dspy.Predict(Orchestrate)
         self.orchestrate.lm = lm
-        self.max_depth = max_depth
-        super().__init__(pool, **options)
-        self.limits = Limits(max_steps=max_steps)
-        self.fallback = fallback
+        self.max_depth = config.max_depth
+        super().__init__(pool, **{name: getattr(config, name) for name in ProgramOptions.__annotations__})
+        self.limits = Limits(max_steps=config.max_steps)
+        self.fallback = config.fallback
+
+    @classmethod
+    def from_config(cls, config: ConductorConfig, pool: WorkerPool, lm: dspy.LM | None = None) -> Conductor:
+        """A new program with ``config``'s options over ``pool``; its prompts and demos are the defaults until
+        DSPy state is loaded into it (``load_state``)."""
+        return cls(pool, lm, **dict(config))
+
+    def config(self) -> ConductorConfig:
+        """This program's options as they are now (optimizers change limits and budgets in place). Its prompts and
+        demos are not options but DSPy state (``dump_state``)."""
+        return ConductorConfig(
+            signature=self.signature,
+            max_steps=self.limits.max_steps,
+            max_depth=self.max_depth,
+            fallback=self.fallback,
+            roles=tuple(named_role(name, predictor.signature) for name, predictor in self.roles.items()),
+            budget=self.executor.budget,
+            max_parallel=self.executor.max_parallel,
+            max_question_chars=self.max_question_chars,
+        )
 
     @property
     def max_depth(self) -> int:
@@ -110,93 +128,37 @@ class Conductor(PoolProgram):
     def forward(self, **inputs: Any) -> dspy.Prediction:
         question = self.question_text(inputs)
         if isinstance(question, RunError):
-            return self.make_prediction(RunResult(answer=None, error=question), None, "")
-        return self.run_plan(question, self.plan(question))
+            return self.no_answer(question)
+        return self.run_reply(question, self.ask(question))
 
-    def run_plan(
-        self,
-        question: str,
-        plan: Plan,
-        *,
-        executor: Executor | None = None,
-        budget: Budget | None = None,
-        check: Check | None = None,
-    ) -> dspy.Prediction:
-        """Run what ``plan`` returned: the conductor's workflow, or the fallback when it was unusable; then the
-        recursive rounds it asks for, all within ``budget``.
+    # ---- what the conductor LM sees, and how its completion is read ---------------------------------------------
+    def prompt_messages(self, question: str) -> list[dict[str, str]]:
+        """The chat messages the conductor LM gets for ``question`` in the first round (what ``ask`` sends)."""
+        return self._messages(self.orchestrate, self._inputs(0, question=question))
 
-        ``check`` sees each workflow about to run (and the format error, if it is the fallback) before any worker is
-        called, and may raise to refuse it; a server uses it to enforce per-key permissions.
-        """
-        executor = executor or self.executor
-        budget = budget or executor.budget
-        to_run = plan.workflow or self.fallback_workflow()
-        if to_run is None:
-            first = self.make_prediction(RunResult(answer=None, error=plan.error), None, plan.text)
-        else:
-            result = self._execute(to_run, question, executor, budget, check, plan.error)
-            if plan.error is not None:
-                result.error = plan.error  # the fallback answered, but the conductor's own workflow was unusable
-            first = self.make_prediction(result, result.workflow, plan.text)
-        rounds = [first]
-        while self._calls_itself(plan.workflow):
-            plan = self.replan(question, plan.workflow, rounds[-1], depth=len(rounds))
-            spent = [step for done in rounds for step in done.trace]
-            rounds.append(self._revision(question, plan, rounds[-1], executor, budget.remaining(spent), check))
-        last = rounds[-1]
-        steps = [step for done in rounds for step in done.trace]
-        return self.make_prediction(
-            RunResult(last.response, steps, last.error), last.workflow, first.conductor_text, rounds
-        )
+    def revision_messages(
+        self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int
+    ) -> list[dict[str, str]]:
+        """The chat messages of recursive round ``depth`` (1 the first): ``question``, the ``workflow`` the conductor
+        wrote and the ``previous`` round's prediction (what ``ask_revision`` sends)."""
+        return self._messages(self.revise, self._revision_inputs(question, workflow, previous, depth))
 
-    def plan(self, question: str) -> Plan:
-        """Ask the conductor LM for a workflow; a format problem is returned in ``Plan.error``, never raised."""
-        return self._ask(self.orchestrate, 0, question=question)
-
-    def replan(self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int) -> Plan:
-        """Recursive round ``depth`` (1 the first): show the conductor its ``workflow`` and the ``previous`` answer
-        it gave; an empty workflow keeps that answer. A format problem is returned in ``Plan.error``."""
-        answer = previous.response if previous.response is not None else f"(no answer: {previous.error})"
-        return self._ask(
-            self.revise, depth, question=question, previous_workflow=workflow.to_text(), previous_answer=answer
-        )
-
-    def _ask(self, predictor: dspy.Predict, depth: int, **inputs: Any) -> Plan:
-        """Ask the conductor LM through ``predictor`` in round ``depth`` (0: the first) and read a ``Plan`` from its
-        output. Every predictor uses the conductor LM and sampling settings of ``orchestrate``."""
-        adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
-        with dspy.context(adapter=adapter):
-            try:
-                out = predictor(
-                    workers=self._workers_text(depth),
-                    available_roles=", ".join(self.roles),
-                    max_steps=self.limits.max_steps,
-                    lm=self.orchestrate.lm,
-                    config=self.orchestrate.config,
-                    **inputs,
-                )
-            except AdapterParseError as exc:
-                return Plan(None, exc.lm_response, RunError("format", str(exc.__cause__ or exc)))
+    def read_completion(self, completion: str, depth: int = 0) -> ConductorReply:
+        """Read the conductor's ``completion`` in round ``depth`` (0: the first) into a workflow that may run then;
+        format problems are returned in ``ConductorReply.error``, never raised."""
         try:
-            workflow = self._validated(
-                Workflow.from_lists(
-                    out.model_id, out.subtasks, out.access_list, out.roles or None, reasoning=out.reasoning or ""
-                ),
-                depth,
-            )
+            workflow = Workflow.parse(completion)
         except WorkflowError as exc:
-            return Plan(None, adapter.completion, RunError("format", str(exc)))
-        return Plan(workflow, adapter.completion, None)
+            return ConductorReply(None, completion, RunError("format", str(exc)))
+        problems = self.workflow_problems(workflow, depth)
+        if problems:
+            return ConductorReply(None, completion, RunError("format", str(WorkflowError(problems))))
+        return ConductorReply(workflow, completion, None)
 
-    def _workers_text(self, depth: int) -> str:
-        """The worker list the conductor sees in round ``depth``: the pool, and itself while a round is left."""
-        pool = self.pool.describe()
-        return pool if depth >= self.max_depth else f"{pool}\nModel {self.own_id}: {SELF_DESCRIPTION}"
-
-    def _validated(self, workflow: Workflow, depth: int) -> Workflow:
-        """``workflow`` if it may run in round ``depth``, else a ``WorkflowError`` listing every problem. A
-        recursive round may write no steps (keep the answer); the conductor may only be the last step's worker, after
-        at least one other, while a round is left."""
+    def workflow_problems(self, workflow: Workflow, depth: int = 0) -> list[str]:
+        """Why ``workflow`` may not run in round ``depth`` (empty: it may). A recursive round may write no steps (keep
+        the answer); the conductor may only be the last step's worker, after at least one other, while a round is
+        left."""
         limits = dataclasses.replace(self.limits, allow_empty=depth > 0)
         n_workers = len(self.pool) + (1 if self.max_depth else 0)
         found = workflow.problems(n_workers, limits, set(self.roles))
@@ -210,9 +172,93 @@ class Conductor(PoolProgram):
                 found.append(f"{me}: a worker must answer before you review the answer")
             elif depth >= self.max_depth:
                 found.append(f"{me}, and no recursive round is left (max_depth={self.max_depth})")
-        if found:
-            raise WorkflowError(found)
-        return workflow
+        return found
+
+    # ---- asking the conductor LM --------------------------------------------------------------------------------
+    def ask(self, question: str) -> ConductorReply:
+        """The first round: ``prompt_messages`` go to the conductor LM through the ``orchestrate`` predictor, and
+        ``read_completion`` reads what it writes."""
+        return self._ask(self.orchestrate, 0, self._inputs(0, question=question))
+
+    def ask_revision(self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int) -> ConductorReply:
+        """Recursive round ``depth`` (1 the first), through the ``revise`` predictor: the conductor sees its
+        ``workflow`` and the ``previous`` round's answer; an empty workflow keeps that answer."""
+        return self._ask(self.revise, depth, self._revision_inputs(question, workflow, previous, depth))
+
+    def _inputs(self, depth: int, **fields: Any) -> dict[str, Any]:
+        """The predictor's inputs in round ``depth``: ``fields`` and what every round shows (workers, roles, steps)."""
+        return {
+            "workers": self._workers_text(depth),
+            "available_roles": ", ".join(self.roles),
+            "max_steps": self.limits.max_steps,
+            **fields,
+        }
+
+    def _revision_inputs(
+        self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int
+    ) -> dict[str, Any]:
+        answer = previous.response if previous.response is not None else f"(no answer: {previous.error})"
+        return self._inputs(depth, question=question, previous_workflow=workflow.to_text(), previous_answer=answer)
+
+    @staticmethod
+    def _messages(predictor: dspy.Predict, inputs: dict[str, Any]) -> list[dict[str, str]]:
+        """What ``predictor`` sends for ``inputs``: its signature and demos, formatted as ``_ask`` formats them."""
+        return WorkflowAdapter().format(predictor.signature, predictor.demos, inputs)
+
+    def _ask(self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any]) -> ConductorReply:
+        """Call the conductor LM through ``predictor`` (so DSPy traces, callbacks, demos and instructions apply) and
+        read its completion for round ``depth``. Every predictor uses the LM and sampling settings of
+        ``orchestrate``."""
+        adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
+        # On unreadable text the adapter raises, having kept the completion: read_completion reports the problems.
+        with dspy.context(adapter=adapter), contextlib.suppress(AdapterParseError):
+            predictor(**inputs, lm=self.orchestrate.lm, config=self.orchestrate.config)
+        return self.read_completion(adapter.completion, depth)
+
+    def _workers_text(self, depth: int) -> str:
+        """The worker list the conductor sees in round ``depth``: the pool, and itself while a round is left."""
+        pool = self.pool.describe()
+        return pool if depth >= self.max_depth else f"{pool}\nModel {self.own_id}: {SELF_DESCRIPTION}"
+
+    # ---- running what the conductor wrote -----------------------------------------------------------------------
+    def run_reply(
+        self,
+        question: str,
+        reply: ConductorReply,
+        *,
+        executor: Executor | None = None,
+        budget: Budget | None = None,
+        check: Check | None = None,
+        ask_revision: AskRevision | None = None,
+    ) -> dspy.Prediction:
+        """Run the first round's ``reply``: the conductor's workflow, or the fallback when it was unusable; then the
+        recursive rounds it asks for, each asked through ``ask_revision`` (default: ``self.ask_revision``), all
+        within ``budget``.
+
+        ``check`` sees each workflow about to run (and the format error, if it is the fallback) before any worker is
+        called, and may raise to refuse it; a server uses it to enforce per-key permissions.
+        """
+        executor = executor or self.executor
+        budget = budget or executor.budget
+        ask_revision = ask_revision or self.ask_revision
+        to_run = reply.workflow or self.fallback_workflow()
+        if to_run is None:
+            first = self.no_answer(reply.error, reply.text)
+        else:
+            result = self._execute(to_run, question, executor, budget, check, reply.error)
+            if reply.error is not None:
+                result.error = reply.error  # the fallback answered, but the conductor's own workflow was unusable
+            first = self.make_prediction(result, result.workflow, reply.text)
+        rounds = [first]
+        while self._calls_itself(reply.workflow):
+            reply = ask_revision(question, reply.workflow, rounds[-1], len(rounds))
+            spent = [step for done in rounds for step in done.trace]
+            rounds.append(self._revision(question, reply, rounds[-1], executor, budget.remaining(spent), check))
+        last = rounds[-1]
+        steps = [step for done in rounds for step in done.trace]
+        return self.make_prediction(
+            RunResult(last.response, steps, last.error), last.workflow, first.conductor_text, rounds
+        )
 
     def _calls_itself(self, workflow: Workflow | None) -> bool:
         return bool(self.max_depth and workflow and workflow.steps[-1].worker == self.own_id)
@@ -236,34 +282,37 @@ class Conductor(PoolProgram):
     def _revision(
         self,
         question: str,
-        plan: Plan,
+        reply: ConductorReply,
         previous: dspy.Prediction,
         executor: Executor,
         budget: Budget,
         check: Check | None,
     ) -> dspy.Prediction:
-        """Run a recursive round's ``plan``. Its workflow's answer replaces the ``previous`` one; with no answer
+        """Run a recursive round's ``reply``. Its workflow's answer replaces the ``previous`` one; with no answer
         (kept, unusable, or a run that failed) the previous answer stands, and the round's error is recorded."""
-        if plan.workflow is None:
-            steps, error = [], plan.error
-        elif not plan.workflow.steps:
+        if reply.workflow is None:
+            steps, error = [], reply.error
+        elif not reply.workflow.steps:
             steps, error = [], previous.error
         else:
-            result = self._execute(plan.workflow, question, executor, budget, check)
+            result = self._execute(reply.workflow, question, executor, budget, check)
             if result.answer is not None:
-                return self.make_prediction(result, result.workflow, plan.text)
+                return self.make_prediction(result, result.workflow, reply.text)
             steps, error = result.steps, result.error
-        return self.make_prediction(RunResult(previous.response, steps, error), previous.workflow, plan.text)
+        return self.make_prediction(RunResult(previous.response, steps, error), previous.workflow, reply.text)
 
-    def save(self, path, save_program: bool = False, modules_to_serialize=None, **manifest: Any) -> Any:
-        """``path`` ending in ``.json`` or ``.pkl``: DSPy's own state file. Otherwise a deployable folder (manifest,
-        pool config without secrets, prompts and demos, the conductor LM or its adapter) that
-        ``conductor.load(path)`` and ``conductor serve path`` read; ``manifest`` adds entries (e.g. a Pareto point)."""
-        if str(path).endswith((".json", ".pkl")):
-            return super().save(path, save_program=save_program, modules_to_serialize=modules_to_serialize)
-        from conductor.deploy import save_program as save_folder  # deploy builds on this module
-
-        return save_folder(self, path, extra_manifest=manifest or None)
+    def save(
+        self, path: str | os.PathLike[str], save_program: bool = False, modules_to_serialize: list | None = None
+    ) -> None:
+        """DSPy's own save: the state (prompts, demos) as ``.json`` or ``.pkl``, or with ``save_program`` the whole
+        program in the folder ``path``. A deployable folder (pool config, options, the conductor LM) is written by
+        ``conductor.save(program, path)``."""
+        if not save_program and not str(path).endswith((".json", ".pkl")):
+            raise ConductorError(
+                f"{path} is not a .json or .pkl state file: write a deployable program folder with "
+                "conductor.save(program, path) (conductor.load reads it), or pass save_program=True for DSPy's own"
+            )
+        super().save(path, save_program=save_program, modules_to_serialize=modules_to_serialize)
 
     def fallback_workflow(self) -> Workflow | None:
         """What runs when the conductor's workflow is unusable (``None``: nothing runs)."""

@@ -15,7 +15,9 @@ with nothing to run beside it runs on the caller's thread, so a chain of depende
 Budgets hold under parallelism: before a step starts it *reserves* its worst case (its prompt plus the largest
 ``max_tokens`` that still fits, and their cost), and gives back the unused part when it ends, so steps running
 together can never jointly pass a limit; a step that can't fit is not started. (Under a tight budget, steps started
-side by side may therefore get a smaller ``max_tokens`` than they would one after another.)
+side by side may therefore get a smaller ``max_tokens`` than they would one after another.) A call that reports more
+than its step reserved (a worker breaking its contract) is recorded as it was, and stops the run with a budget error.
+Limits count from what the conductor LM already spent on the run (``Executor.run(..., conductor_usage=...)``).
 """
 
 from __future__ import annotations
@@ -23,23 +25,24 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import numbers
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 import dspy
 import tenacity
 
-from conductor.errors import BudgetExceeded, WorkerError, WorkerTimeout
+from conductor.errors import BudgetExceeded, ConfigError, WorkerError, WorkerTimeout
 from conductor.modules import _tracing
 from conductor.modules._failover import WorkerHealth, route
 from conductor.modules._pool import WorkerPool
 from conductor.modules._prompts import WorkerPromptAdapter
-from conductor.modules._worker import Completion, Messages, Worker
+from conductor.modules._worker import FREE, Completion, Messages, Price, Worker
 from conductor.modules._workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name
 
@@ -47,23 +50,63 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Tokens and dollars a run spent outside its workflow's steps: the conductor LM's own calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost + other.cost,
+        )
+
+
+@dataclass(frozen=True)
 class Budget:
-    """Limits for one run. ``None`` means unlimited. Tokens count prompt and completion tokens of every step."""
+    """Limits for one run. ``None`` means unlimited and 0 means nothing may be spent (a cost limit of 0 still lets
+    free workers run). Tokens count prompt and completion tokens of every step and of the conductor LM's own calls.
+    A limit that is negative, NaN, infinite or not a number is refused with a ``ConfigError``."""
 
     max_steps: int | None = None
     max_tokens: int | None = None
     max_cost: float | None = None
     max_tokens_per_step: int | None = None  # caps each worker's own max_tokens
 
-    def remaining(self, spent: Sequence[StepTrace]) -> Budget:
-        """What is left once the steps ``spent`` ran: the budget of a later round of the same run (a recursive round
-        of the Conductor), so that all its rounds together stay within this one."""
-        tokens = sum(s.prompt_tokens + s.completion_tokens for s in spent)
+    def __post_init__(self) -> None:
+        problems = []
+        for limit in fields(self):
+            value = getattr(self, limit.name)
+            kind = numbers.Real if limit.name == "max_cost" else numbers.Integral
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, kind):
+                problems.append(f"{limit.name} must be {'a number' if kind is numbers.Real else 'a whole number'}")
+            elif not math.isfinite(value):
+                problems.append(f"{limit.name} must be finite (None means no limit)")
+            elif value < 0:
+                problems.append(f"{limit.name} must not be negative")
+        if problems:
+            raise ConfigError(f"invalid budget: {'; '.join(problems)}")
+
+    def remaining(self, spent: Sequence[StepTrace], conductor_usage: Usage = Usage()) -> Budget:
+        """What is left once the steps ``spent`` ran and the conductor LM used ``conductor_usage``: the budget of a
+        later round of the same run (a recursive round of the Conductor), so that all its rounds together stay within
+        this one. The conductor's calls count against tokens and cost, not steps."""
+        tokens = conductor_usage.tokens + sum(s.prompt_tokens + s.completion_tokens for s in spent)
+        cost = conductor_usage.cost + sum(s.cost for s in spent)
         return replace(
             self,
             max_steps=None if self.max_steps is None else max(self.max_steps - len(spent), 0),
             max_tokens=None if self.max_tokens is None else max(self.max_tokens - tokens, 0),
-            max_cost=None if self.max_cost is None else max(self.max_cost - sum(s.cost for s in spent), 0.0),
+            max_cost=None if self.max_cost is None else max(self.max_cost - cost, 0.0),
         )
 
 
@@ -73,7 +116,9 @@ class StepTrace:
 
     ``worker`` is the worker the workflow assigned; ``answered_by`` the one whose answer this is (``worker`` or one of
     its fallbacks; ``None`` if none answered), and ``fallback_reason`` why the workers before it were passed over.
-    ``attempts`` counts calls to every worker tried; ``cost`` is the provider's reported cost, else the pool's price.
+    ``attempts`` counts calls to every worker tried; ``cost`` is the provider's reported cost, else the worker's price.
+    Tokens and cost are what the answering call reported, also when that was more than the step reserved (then
+    ``error`` says so, and the run stopped); a step no worker answered records none, as the budget counts none.
     """
 
     index: int
@@ -107,20 +152,24 @@ class RunError:
 
 @dataclass
 class RunResult:
-    """A run's answer (the last step's output), its steps in workflow order, and why it has no answer if so."""
+    """A run's answer (the last step's output), its steps in workflow order, and why it has no answer if so.
+
+    Its tokens and cost are those of every step plus ``conductor_usage``, what the conductor LM spent on the run.
+    """
 
     answer: str | None
     steps: list[StepTrace] = field(default_factory=list)
     error: RunError | None = None
     workflow: Workflow | None = None
+    conductor_usage: Usage = Usage()
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(s.prompt_tokens for s in self.steps)
+        return self.conductor_usage.prompt_tokens + sum(s.prompt_tokens for s in self.steps)
 
     @property
     def completion_tokens(self) -> int:
-        return sum(s.completion_tokens for s in self.steps)
+        return self.conductor_usage.completion_tokens + sum(s.completion_tokens for s in self.steps)
 
     @property
     def tokens(self) -> int:
@@ -128,10 +177,11 @@ class RunResult:
 
     @property
     def cost(self) -> float:
-        return sum(s.cost for s in self.steps)
+        return self.conductor_usage.cost + sum(s.cost for s in self.steps)
 
     def cost_by_worker(self) -> dict[str, float]:
-        """Dollars per worker that answered (a step a fallback took is billed to the fallback)."""
+        """Dollars per worker that answered (a step a fallback took is billed to the fallback); the conductor LM's own
+        calls are in ``conductor_usage``."""
         costs: dict[str, float] = {}
         for step in self.steps:
             name = step.answered_by or step.worker
@@ -153,48 +203,77 @@ class _Hold:
 
 
 class _Ledger:
-    """What a run has spent plus what its running steps hold. Thread-safe: reserving checks and holds under one
-    lock, so steps running together can never jointly pass the budget."""
+    """What a run has spent (from the conductor LM's usage on) plus what its running steps hold. Thread-safe:
+    reserving checks and holds under one lock, so steps running together can never jointly pass the budget."""
 
-    def __init__(self, budget: Budget, min_output_tokens: int):
+    def __init__(self, budget: Budget, min_output_tokens: int, spent: Usage = Usage()):
         self.budget = budget
         self.min_output_tokens = min_output_tokens
-        self._spent_tokens = 0
-        self._spent_cost = 0.0
+        self._spent_tokens = spent.tokens
+        self._spent_cost = spent.cost
         self._holds: set[_Hold] = set()
         self._lock = threading.Lock()
 
+    def price(self, worker: Worker) -> Price:
+        """``worker``'s price. An unknown one counts as free only while no cost limit needs it: under a cost budget,
+        ``BudgetExceeded`` says how to give it one."""
+        if worker.price is not None:
+            return worker.price
+        if self.budget.max_cost is None:
+            return FREE
+        raise BudgetExceeded(
+            f"the price of worker {worker.name!r} is unknown (litellm's cost map doesn't list its model), so it can't "
+            f"run under a cost budget of ${self.budget.max_cost:g}: give it a price (Price(input_per_1k, "
+            f"output_per_1k) in code, `price: {{input_per_1k: ..., output_per_1k: ...}}` in a pool config)"
+        )
+
     def reserve(self, worker: Worker, index: int, prompt_tokens: int) -> _Hold:
         """Hold step ``index``'s worst case on ``worker``, or raise ``BudgetExceeded`` if even the least won't fit."""
+        price = self.price(worker)
         with self._lock:
-            max_tokens = self._affordable_output(worker, index, prompt_tokens)
-            hold = _Hold(prompt_tokens, max_tokens, worker.price.cost(prompt_tokens, max_tokens))
+            max_tokens = self._affordable_output(worker, price, index, prompt_tokens)
+            hold = _Hold(prompt_tokens, max_tokens, price.cost(prompt_tokens, max_tokens))
             self._holds.add(hold)
         return hold
 
-    def settle(self, hold: _Hold, tokens: int = 0, cost: float = 0.0) -> None:
-        """Replace what ``hold`` reserved by what the call really used (nothing, when it failed)."""
+    def settle(self, hold: _Hold, completion: Completion | None = None, cost: float = 0.0) -> str | None:
+        """Replace what ``hold`` reserved by what the call really used (nothing, when it failed, so ``completion``
+        is ``None``); return how that is more than was reserved, if it is."""
+        tokens = 0 if completion is None else completion.input_tokens + completion.output_tokens
         with self._lock:
             self._holds.discard(hold)
             self._spent_tokens += tokens
             self._spent_cost += cost
+        if completion is None:
+            return None
+        if completion.output_tokens > hold.max_tokens:
+            return f"wrote {completion.output_tokens} output tokens, more than the {hold.max_tokens} it was allowed"
+        if self.budget.max_tokens is not None and tokens > hold.prompt_tokens + hold.max_tokens:
+            return f"used {tokens} tokens, more than the {hold.prompt_tokens + hold.max_tokens} reserved for it"
+        if self.budget.max_cost is not None and cost > hold.cost:
+            return f"cost ${cost:g}, more than the ${hold.cost:g} reserved for it"
+        return None
 
-    def _affordable_output(self, worker: Worker, index: int, prompt_tokens: int) -> int:
+    def _affordable_output(self, worker: Worker, price: Price, index: int, prompt_tokens: int) -> int:
         """The largest ``max_tokens`` this step may use without any budget being exceeded, or ``BudgetExceeded``."""
         budget = self.budget
         if budget.max_steps is not None and index >= budget.max_steps:
             raise BudgetExceeded(f"the step budget of {budget.max_steps} is used up")
-        limit = min(worker.max_tokens, budget.max_tokens_per_step or worker.max_tokens)
+        limit = worker.max_tokens
+        if budget.max_tokens_per_step is not None:
+            limit = min(limit, budget.max_tokens_per_step)
         if budget.max_tokens is not None:
             used = self._spent_tokens + sum(h.prompt_tokens + h.max_tokens for h in self._holds)
             limit = min(limit, budget.max_tokens - used - prompt_tokens)
         if budget.max_cost is not None:
             used = self._spent_cost + sum(h.cost for h in self._holds)
-            left = budget.max_cost - used - worker.price.cost(prompt_tokens, 0)
-            if left < 0:
+            if used + price.cost(prompt_tokens, 0) > budget.max_cost:
                 raise BudgetExceeded(f"the prompt alone would pass the cost budget of ${budget.max_cost:g}")
-            if worker.price.output_per_1k > 0:
-                limit = min(limit, math.floor(left * 1000 / worker.price.output_per_1k))
+            if price.output_per_1k > 0:
+                left = budget.max_cost - used - price.cost(prompt_tokens, 0)
+                limit = min(limit, math.floor(left * 1000 / price.output_per_1k))
+                while limit > 0 and used + price.cost(prompt_tokens, limit) > budget.max_cost:  # float rounding
+                    limit -= 1
         if limit < self.min_output_tokens:
             raise BudgetExceeded(
                 f"{max(limit, 0)} output tokens would fit, fewer than the minimum of {self.min_output_tokens}"
@@ -205,7 +284,7 @@ class _Ledger:
 @dataclass(eq=False)
 class _Step:
     """A step ready to start: its trace and prompt, the workers it may try (with notes on those left out), and the
-    budget already held for the first of them."""
+    budget already held for the first of them. Once it ran, ``failure`` says why the run must stop, if it must."""
 
     trace: StepTrace
     predictor: dspy.Predict
@@ -214,6 +293,7 @@ class _Step:
     workers: list[Worker]
     notes: list[str]
     hold: _Hold | None
+    failure: RunError | None = None
 
 
 class Executor:
@@ -252,16 +332,32 @@ class Executor:
         self._sleep = sleep
         self._adapter = WorkerPromptAdapter()
 
-    def run(self, workflow: Workflow, question: str, budget: Budget | None = None) -> RunResult:
-        """Run ``workflow`` (already validated against this pool) on ``question``."""
+    def run(
+        self,
+        workflow: Workflow,
+        question: str,
+        budget: Budget | None = None,
+        *,
+        conductor_usage: Usage = Usage(),
+    ) -> RunResult:
+        """Run ``workflow`` (already validated against this pool) on ``question``. ``conductor_usage`` is what the
+        conductor LM spent on this run (writing ``workflow``): the budget counts from it, and the result includes it.
+
+        Under a cost budget, a run whose workflow may reach a worker of unknown price (``Worker.price`` is ``None``)
+        calls nobody and ends with a budget error naming it."""
         budget = budget or self.budget
         tracer = _tracing.tracer
         if tracer is None:
-            return self._run(workflow, question, budget)
-        return _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget))
+            return self._run(workflow, question, budget, conductor_usage)
+        return _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget, conductor_usage))
 
-    def _run(self, workflow: Workflow, question: str, budget: Budget) -> RunResult:
-        ledger = _Ledger(budget, self.min_output_tokens)
+    def _run(self, workflow: Workflow, question: str, budget: Budget, conductor_usage: Usage) -> RunResult:
+        ledger = _Ledger(budget, self.min_output_tokens, conductor_usage)
+        try:
+            for worker in self._reachable(workflow):
+                ledger.price(worker)
+        except BudgetExceeded as exc:
+            return RunResult(None, [], RunError("budget", str(exc)), workflow, conductor_usage)
         waiting = deque(range(len(workflow)))
         started: dict[int, _Step] = {}
         answered: set[int] = set()
@@ -292,10 +388,10 @@ class Executor:
                         future.result()  # re-raises what escaped a step: a bug, not a worker failure
                     finished = [running.pop(future) for future in done]
                 for step in finished:
-                    if step.trace.error is None:
+                    if step.failure is None:
                         answered.add(step.trace.index)
                     else:
-                        problems.append((step.trace.index, _failure(step.trace)))
+                        problems.append((step.trace.index, step.failure))
         finally:
             if threads is not None:
                 threads.shutdown()
@@ -306,12 +402,18 @@ class Executor:
                 if step.trace.error is None:
                     output = dspy.Prediction(**{_output_field(step.predictor): step.trace.output})
                     dspy.settings.trace.append((step.predictor, step.inputs, output))
-        result = RunResult(answer=None, steps=[step.trace for step in steps], workflow=workflow)
+        result = RunResult(None, [step.trace for step in steps], workflow=workflow, conductor_usage=conductor_usage)
         if problems:
             result.error = min(problems, key=lambda problem: problem[0])[1]  # the first in workflow order
         elif result.steps:
             result.answer = result.steps[-1].output
         return result
+
+    def _reachable(self, workflow: Workflow) -> set[Worker]:
+        """Every worker a step of ``workflow`` may call: the ones it names and their fallbacks."""
+        names = {self.pool[step.worker].name for step in workflow.steps}
+        names |= {other for name in names for other in self.pool.fallbacks.get(name, ())}
+        return {worker for worker in self.pool if worker.name in names}
 
     def _ready(self, workflow: Workflow, waiting: deque[int], answered: set[int], running: int) -> list[int]:
         """Take from ``waiting`` the steps that may start now: in workflow order, while every step each one sees is
@@ -373,17 +475,24 @@ class Executor:
             trace.cost = (
                 completion.cost
                 if completion.cost is not None
-                else worker.price.cost(completion.input_tokens, completion.output_tokens)
+                else ledger.price(worker).cost(completion.input_tokens, completion.output_tokens)
             )
-            ledger.settle(hold, completion.input_tokens + completion.output_tokens, trace.cost)
+            overrun = ledger.settle(hold, completion, trace.cost)
             trace.output = self._adapter.parse(step.predictor.signature, completion.text)[_output_field(step.predictor)]
             trace.answered_by = worker.name
             trace.fallback_reason = "; ".join(notes) or None
             if notes:
                 logger.info("step %d: %s answered for %s (%s)", trace.index, worker.name, trace.worker, notes[-1])
+            if overrun is not None:
+                trace.error = f"{worker.name} {overrun}"
+                step.failure = RunError("budget", f"step {trace.index} went over its reservation: {trace.error}")
             return
         trace.latency_s = time.perf_counter() - started
+        trace.prompt_tokens = 0  # what the budget counts for calls that failed: their reservations were given back
         trace.error = "; ".join(notes)
+        step.failure = RunError(
+            "execution", f"step {trace.index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
+        )
 
     def _call_with_retries(self, worker: Worker, messages: Messages, max_tokens: int, trace: StepTrace) -> Completion:
         """Call ``worker`` until it answers, its retries are spent, or it is cooled down; errors that would repeat
@@ -416,12 +525,6 @@ class Executor:
                 self.health.record_success(worker.name)
                 return completion
         raise AssertionError("unreachable: tenacity reraises the last error")
-
-
-def _failure(trace: StepTrace) -> RunError:
-    return RunError(
-        "execution", f"step {trace.index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
-    )
 
 
 def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Completion:

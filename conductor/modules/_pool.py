@@ -7,7 +7,7 @@ Config (a dict, or a YAML / TOML file with the same shape)::
       - {name: smollm2, kind: local, model: smollm2-135m-instruct}
       - {name: gpt, kind: lm, model: openai/gpt-4o-mini, api_key_env: OPENAI_API_KEY,
          price: {input_per_1k: 0.00015, output_per_1k: 0.0006}, fallbacks: [smollm2]}
-      - {name: python, kind: tool, tool: python}            # built-in tools: python, calculator
+      - {name: python, kind: tool, tool: python}            # built-in tools: python, calculator, vote, check
       - {name: lookup, kind: tool, tool: "my_pkg.tools:lookup"}
 
 Secrets never live in the config: an ``lm`` worker names the environment variable that holds its key.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,19 +26,21 @@ import pydantic
 import yaml
 
 from conductor._imports import import_object
-from conductor.errors import ConfigError
+from conductor.errors import ConfigError, invalid_config
+from conductor.modules._aggregate import CheckWorker, VoteWorker
 from conductor.modules._calculator import CalculatorWorker
+from conductor.modules._replay import ReplayWorker
 from conductor.modules._sandbox import PythonWorker
 from conductor.modules._tools import ToolWorker
 from conductor.modules._worker import LMWorker, Price, Worker
 
-BUILTIN_TOOLS = ("python", "calculator")
+BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
 
 
 class PriceSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    input_per_1k: float = pydantic.Field(0.0, ge=0)
-    output_per_1k: float = pydantic.Field(0.0, ge=0)
+    input_per_1k: float = pydantic.Field(0.0, ge=0, allow_inf_nan=False)
+    output_per_1k: float = pydantic.Field(0.0, ge=0, allow_inf_nan=False)
 
 
 class WorkerSpec(pydantic.BaseModel):
@@ -50,7 +52,7 @@ class WorkerSpec(pydantic.BaseModel):
     model: str | None = None
     tool: str | None = None
     description: str = ""
-    price: PriceSpec = PriceSpec()
+    price: PriceSpec | None = None  # None: free for tools and local models, litellm's price for `lm` workers
     max_tokens: int = pydantic.Field(512, gt=0)
     temperature: float = pydantic.Field(0.2, ge=0)
     timeout_s: float = pydantic.Field(120.0, gt=0)
@@ -58,15 +60,19 @@ class WorkerSpec(pydantic.BaseModel):
     api_key_env: str | None = None
     api_base: str | None = None
     fallbacks: list[str] = []
+    isolation: Literal["bwrap", "none"] = "bwrap"  # the python and check tools' sandbox; "none" runs code unisolated
+    replay: bool = False  # answer a prompt seen before with the same completion (experiments: methods share samples)
 
     @pydantic.model_validator(mode="after")
     def _kind_needs(self) -> WorkerSpec:
         if self.kind in ("lm", "local") and not self.model:
             raise ValueError(f"a {self.kind!r} worker needs `model`")
         if self.kind == "tool" and not self.tool:
-            raise ValueError("a 'tool' worker needs `tool` (python, calculator or 'module:function')")
+            raise ValueError(f"a 'tool' worker needs `tool` (one of {BUILTIN_TOOLS} or 'module:function')")
         if self.kind == "tool" and self.tool not in BUILTIN_TOOLS and ":" not in self.tool:
             raise ValueError(f"unknown tool {self.tool!r}: use one of {BUILTIN_TOOLS} or 'module:function'")
+        if self.isolation != "bwrap" and self.tool not in ("python", "check"):
+            raise ValueError("`isolation` is an option of the tools that run code (python, check) only")
         return self
 
 
@@ -132,10 +138,9 @@ class WorkerPool(Sequence[Worker]):
         try:
             spec = config if isinstance(config, PoolSpec) else PoolSpec.model_validate(config)
         except pydantic.ValidationError as exc:
-            lines = [f"  {'.'.join(map(str, e['loc'])) or '(pool)'}: {e['msg']}" for e in exc.errors()]
-            raise ConfigError("invalid worker pool config:\n" + "\n".join(lines)) from None
+            raise invalid_config("invalid worker pool config", exc, "(pool)") from None
         return cls(
-            [_build_worker(w) for w in spec.workers],
+            [ReplayWorker(_build_worker(w)) if w.replay else _build_worker(w) for w in spec.workers],
             show_descriptions=spec.show_descriptions,
             spec=spec,
             fallbacks={w.name: w.fallbacks for w in spec.workers},
@@ -180,6 +185,21 @@ class WorkerPool(Sequence[Worker]):
     def names(self) -> list[str]:
         return [w.name for w in self._workers]
 
+    def subset(self, indices: Sequence[int], *, fallback_to: Collection[str] | None = None) -> WorkerPool:
+        """The workers at ``indices``, in that order (the conductor sees them as Model 0, 1, ...). They are the same
+        objects, so they keep their resources and health. Fallbacks (and the config's, if any) are limited to the
+        chosen workers, and to those named in ``fallback_to`` when it is given."""
+        chosen = [self._workers[i] for i in indices]
+        names = [worker.name for worker in chosen]
+        reachable = set(names) if fallback_to is None else set(names) & set(fallback_to)
+        fallbacks = {name: [other for other in self.fallbacks.get(name, ()) if other in reachable] for name in names}
+        spec = self.spec
+        if spec is not None:
+            specs = {worker.name: worker for worker in spec.workers}
+            workers = [specs[name].model_copy(update={"fallbacks": fallbacks[name]}) for name in names]
+            spec = spec.model_copy(update={"workers": workers})
+        return WorkerPool(chosen, show_descriptions=self.show_descriptions, spec=spec, fallbacks=fallbacks)
+
     def describe(self) -> str:
         """How the conductor sees the pool: ordinal ids, plus descriptions only when the pool opts in."""
         lines = []
@@ -208,9 +228,20 @@ def _fallback_problems(names: Sequence[str], fallbacks: Mapping[str, Sequence[st
     return problems
 
 
+WorkerBuilder = Callable[[WorkerSpec, dict[str, Any]], Worker]
+"""Builds a worker from its spec and the options every worker takes (price, max_tokens, temperature, ...)."""
+
+_WORKER_KINDS: dict[str, WorkerBuilder] = {}
+
+
+def register_worker_kind(kind: str, build: WorkerBuilder) -> None:
+    """Make pool configs build workers of ``kind`` with ``build``: for kinds a higher layer implements (``local``
+    models live in ``conductor.local``, which registers its kind when imported)."""
+    _WORKER_KINDS[kind] = build
+
+
 def _build_worker(spec: WorkerSpec) -> Worker:
     common = {
-        "price": Price(spec.price.input_per_1k, spec.price.output_per_1k),
         "max_tokens": spec.max_tokens,
         "temperature": spec.temperature,
         "timeout_s": spec.timeout_s,
@@ -218,13 +249,19 @@ def _build_worker(spec: WorkerSpec) -> Worker:
     }
     if spec.description:  # otherwise built-in workers keep their own description
         common["description"] = spec.description
-    if spec.kind == "local":
-        from conductor.modules._local import local_worker
-
-        return local_worker(spec.model, name=spec.name, **common)
+    if spec.price is not None:  # otherwise each kind's own: free, or litellm's price for an API model
+        common["price"] = Price(spec.price.input_per_1k, spec.price.output_per_1k)
     if spec.kind == "lm":
         return _api_worker(spec, common)
-    return _tool_worker(spec, common)
+    if spec.kind == "tool":
+        return _tool_worker(spec, common)
+    build = _WORKER_KINDS.get(spec.kind)
+    if build is None:
+        raise ConfigError(
+            f"worker {spec.name!r}: nothing builds workers of kind {spec.kind!r}; importing conductor (which imports "
+            "conductor.local) registers the 'local' kind"
+        )
+    return build(spec, common)
 
 
 def _api_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
@@ -243,9 +280,13 @@ def _api_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
 
 def _tool_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
     if spec.tool == "python":
-        return PythonWorker(name=spec.name, **common)
+        return PythonWorker(name=spec.name, isolation=spec.isolation, **common)
     if spec.tool == "calculator":
         return CalculatorWorker(name=spec.name, **common)
+    if spec.tool == "vote":
+        return VoteWorker(name=spec.name, **common)
+    if spec.tool == "check":
+        return CheckWorker(name=spec.name, isolation=spec.isolation, **common)
     return ToolWorker(spec.name, _import_callable(spec.tool), **common)
 
 

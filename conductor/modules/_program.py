@@ -7,8 +7,9 @@ experiment runner can treat every method alike.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, Self, TypedDict
 
 import dspy
 
@@ -90,6 +91,21 @@ class PoolProgram(dspy.Module):
                 "input", f"the question has {len(question):,} characters; the limit is {self.max_question_chars:,}"
             )
         return question
+
+    def copy_with(self, *, pool: WorkerPool | None = None, budget: Budget | None = None) -> Self:
+        """A shallow copy over ``pool`` and/or with ``budget`` (``None``: this program's own). It shares this
+        program's predictors (instructions, demos) and the workers themselves; its executor is a copy that runs the
+        new pool within the new budget."""
+        clone = copy.copy(self)
+        clone.pool = self.pool if pool is None else pool
+        clone.executor = copy.copy(self.executor)
+        clone.executor.pool = clone.pool
+        clone.executor.budget = self.executor.budget if budget is None else budget
+        return clone
+
+    def no_answer(self, error: RunError, text: str = "") -> dspy.Prediction:
+        """The prediction of a run that ran no workflow: refused input, or an unusable workflow and no fallback."""
+        return self.make_prediction(RunResult(answer=None, error=error), None, text)
 
     def make_prediction(
         self,

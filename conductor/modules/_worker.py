@@ -7,6 +7,7 @@ served in-process, or a Python tool. The executor only ever talks to this interf
 from __future__ import annotations
 
 import abc
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ import dspy
 from dspy.lm15 import Config, Message, Request
 from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMInvalidRequestError
 
-from conductor.errors import WorkerError
+from conductor.errors import ConfigError, WorkerError
+
+logger = logging.getLogger(__name__)
 
 # Failures a retry can't fix: a bad request (context window included), bad credentials, no credit, bad settings.
 _PERMANENT_LM_ERRORS = (LMInvalidRequestError, LMAuthError, LMBillingError, LMConfigurationError)
@@ -27,24 +30,67 @@ Messages = list[dict[str, str]]
 
 @dataclass(frozen=True)
 class Price:
-    """Dollars per 1,000 input and output tokens."""
+    """Dollars per 1,000 input and output tokens (finite, not negative)."""
 
     input_per_1k: float = 0.0
     output_per_1k: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(p) and p >= 0 for p in (self.input_per_1k, self.output_per_1k)):
+            raise ConfigError(f"prices must be finite and not negative, not {self!r}")
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_1k + output_tokens * self.output_per_1k) / 1000
 
 
+FREE = Price()
+"""The price of tools and in-process models: they cost no money."""
+
+
+def litellm_price(model: str) -> Price | None:
+    """The price litellm's cost map lists for the litellm model string ``model`` (the package's local copy of the map),
+    or ``None`` when it lists none. Models with tiered prices are priced at their first tier."""
+    import litellm
+
+    if model not in litellm.model_cost and model.partition("/")[0] not in litellm.provider_list:
+        return None  # no provider litellm knows: asking would only print litellm's provider banner to stdout
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # litellm raises plain Exceptions for models it has not mapped
+        return None
+    per_token = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if None in per_token:
+        return None
+    return Price(per_token[0] * 1000, per_token[1] * 1000)
+
+
+def lm_price(lm: dspy.LM) -> Price | None:
+    """The price of ``lm``'s tokens: free for a model behind a custom DSPy engine (it runs in-process: a local or the
+    trained conductor model), else litellm's price for its model, or ``None`` when that is unknown."""
+    if not isinstance(lm.engine, str):  # "auto", "litellm", "lm15": a provider's API
+        return FREE
+    return litellm_price(lm.model)
+
+
 @dataclass(frozen=True)
 class Completion:
     """What a worker returns for one call. ``cost`` is ``None`` when the worker can't price the call itself;
-    the executor then prices it from the worker's ``price``."""
+    the executor then prices it from the worker's ``price``. Counts and cost can't be negative (or the cost NaN):
+    such a completion is a worker's bug, raised as a ``WorkerError`` that is not retried."""
 
     text: str
     input_tokens: int
     output_tokens: int
     cost: float | None = None
+
+    def __post_init__(self) -> None:
+        usage_ok = self.input_tokens >= 0 and self.output_tokens >= 0
+        if not usage_ok or (self.cost is not None and not (math.isfinite(self.cost) and self.cost >= 0)):
+            raise WorkerError(
+                f"a completion reported impossible usage: {self.input_tokens} input and {self.output_tokens} output "
+                f"tokens, cost {self.cost}",
+                retryable=False,
+            )
 
 
 class Worker(abc.ABC):
@@ -56,8 +102,13 @@ class Worker(abc.ABC):
     - ``complete`` honours ``max_tokens`` as an upper bound on ``Completion.output_tokens`` (the executor relies on it
       to keep a run inside its budget) and returns non-negative token counts.
     - Failures raise ``WorkerError`` (or a subclass); anything else escaping ``complete`` is treated the same way.
-    - ``count_tokens`` may over-estimate but should not under-estimate the prompt tokens of ``messages``.
+    - ``count_tokens`` may over-estimate but should not under-estimate the prompt tokens of ``messages``: the
+      executor reserves budget for the prompt it counts, and a call that reports more than its step reserved (prompt
+      plus ``max_tokens``, and their cost) stops the run with a budget error.
     - A worker never retries on its own: retries, backoff and timeouts belong to the executor.
+    - ``price`` is what its tokens cost, ``None`` when unknown. Tools and in-process models are free by construction
+      (the default, ``FREE``); an ``LMWorker`` over an API model is priced from litellm's cost map unless given a
+      price. A worker of unknown price can't run under a cost budget (the run ends with a budget error naming it).
     """
 
     def __init__(
@@ -65,7 +116,7 @@ class Worker(abc.ABC):
         name: str,
         *,
         description: str = "",
-        price: Price = Price(),
+        price: Price | None = FREE,
         max_tokens: int = 512,
         temperature: float = 0.2,
         timeout_s: float = 120.0,
@@ -111,11 +162,30 @@ def chat_request(model: str, messages: Messages, **config: Any) -> Request:
 class LMWorker(Worker):
     """A worker backed by a ``dspy.LM``: any litellm model string, or an in-process model behind a DSPy engine.
 
-    Local and API models share this one code path; only the ``dspy.LM`` they wrap differs.
+    Local and API models share this one code path; only the ``dspy.LM`` they wrap differs. Without a ``price``, an
+    in-process model is free and an API model is priced from litellm's cost map (see ``lm_price``); one litellm
+    doesn't know has an unknown price (``None``): it counts as $0 only in runs without a cost budget.
     """
 
-    def __init__(self, name: str, lm: dspy.LM, *, token_counter: Callable[[Messages], int] | None = None, **kwargs):
-        super().__init__(name, **kwargs)
+    def __init__(
+        self,
+        name: str,
+        lm: dspy.LM,
+        *,
+        token_counter: Callable[[Messages], int] | None = None,
+        price: Price | None = None,
+        **kwargs: Any,
+    ):
+        if price is None:
+            price = lm_price(lm)
+            if price is None:
+                logger.warning(
+                    "worker %r: litellm's cost map has no price for %r; give the worker a price, or it counts as $0 "
+                    "and can't run under a cost budget",
+                    name,
+                    lm.model,
+                )
+        super().__init__(name, price=price, **kwargs)
         self.lm = lm
         self._token_counter = token_counter
 

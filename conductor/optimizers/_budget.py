@@ -25,7 +25,7 @@ import pydantic
 from dspy.teleprompt import Teleprompter
 
 from conductor.errors import ConductorError, ConfigError, MissingDependency
-from conductor.modules import Conductor, WorkerPool
+from conductor.modules import Conductor
 from conductor.optimizers._prompt_search import TUNE_EXTRA_HINT, WorkflowMetric, import_optuna
 from conductor.optimizers._rewards import Metric
 
@@ -251,13 +251,14 @@ class BudgetTuner(Teleprompter):
         kept = [name for name in names if params.get(WORKER_PARAM + name, True)]
         if not kept:
             raise ConfigError("the point offers no worker")
-        configured = program.deepcopy()
-        configured.limits = dataclasses.replace(configured.limits, max_steps=params["max_steps"])
-        executor = configured.executor
+        budget = program.executor.budget
         if "max_tokens_per_step" in params:
-            executor.budget = dataclasses.replace(executor.budget, max_tokens_per_step=params["max_tokens_per_step"])
-        if len(kept) < len(names):
-            configured.pool = executor.pool = _subpool(configured.pool, kept)
+            budget = dataclasses.replace(budget, max_tokens_per_step=params["max_tokens_per_step"])
+        pool = (
+            program.pool.subset([i for i, name in enumerate(names) if name in kept]) if len(kept) < len(names) else None
+        )
+        configured = program.deepcopy().copy_with(pool=pool, budget=budget)
+        configured.limits = dataclasses.replace(configured.limits, max_steps=params["max_steps"])
         if "recursion_depth" in params:
             configured.max_depth = params["recursion_depth"]
         if "temperature" in params:
@@ -344,14 +345,3 @@ def _complete() -> tuple[Any, ...]:
 def _point(trial: Any) -> TunedPoint:
     accuracy, cost = trial.values
     return TunedPoint(trial.number, dict(trial.params), accuracy, cost)
-
-
-def _subpool(pool: WorkerPool, names: list[str]) -> WorkerPool:
-    """The workers of ``pool`` named in ``names``, in pool order, with fallbacks (and config) limited to them."""
-    fallbacks = {name: [f for f in pool.fallbacks.get(name, ()) if f in names] for name in names}
-    spec = pool.spec
-    if spec is not None:
-        workers = [w.model_copy(update={"fallbacks": fallbacks[w.name]}) for w in spec.workers if w.name in names]
-        spec = spec.model_copy(update={"workers": workers})
-    workers = [worker for worker in pool if worker.name in names]
-    return WorkerPool(workers, show_descriptions=pool.show_descriptions, spec=spec, fallbacks=fallbacks)

@@ -3,7 +3,7 @@ weights, then lets Optuna set budgets, evaluating on the validation set after ev
 
 Read it as a recipe: ``compile`` = evaluate the student, then for each phase: run it from the best program so far,
 evaluate, keep the result only if it scores higher, checkpoint. Checkpoints are deployable folders
-(``Conductor.save``) plus ``compiler_state.json``; a run that stops is resumed by calling ``compile`` again with
+(``conductor.save``) plus ``compiler_state.json``; a run that stops is resumed by calling ``compile`` again with
 the same ``output_dir``: finished phases are not run again.
 """
 
@@ -20,7 +20,9 @@ from typing import Any
 import dspy
 from dspy.teleprompt import Teleprompter
 
+from conductor.deploy import load_program, save_program
 from conductor.errors import ConductorError
+from conductor.local import trainable_policy
 from conductor.modules import Conductor
 from conductor.optimizers._prompt_search import WorkflowMetric
 
@@ -108,7 +110,7 @@ class ConductorCompiler(Teleprompter):
             state = {"done": [], "records": [asdict(record)], "best_score": record.score}
             self._checkpoint(best, state)
         else:
-            best = _load_program(self.output_dir / BEST)
+            best = load_program(self.output_dir / BEST, trust_code=True)  # its own checkpoint of the user's program
             logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
         for name, run in phases:
             if name in state["done"]:
@@ -127,7 +129,7 @@ class ConductorCompiler(Teleprompter):
         return best
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
-        policy = _policy_of(student)
+        policy = trainable_policy(student.orchestrate.lm)
         if self.grpo is not None and policy is None:
             logger.warning("the conductor LM is not a trainable ConductorLM: the GRPO phases are skipped")
         phases: list[tuple[str, Phase]] = []
@@ -154,7 +156,7 @@ class ConductorCompiler(Teleprompter):
 
         fields = self.grpo.model_dump() if hasattr(self.grpo, "model_dump") else dict(self.grpo)
         config = GRPOConfig(**{**fields, "output_dir": self.output_dir / f"grpo-{round_}", "resume": True})
-        policy = _policy_of(program)
+        policy = trainable_policy(program.orchestrate.lm)
         GRPOTrainer(config, policy, program, trainset, self.metric, logits_processor=self.logits_processor).run()
         # the policy behind the program's conductor LM was trained in place
         return program, f"the conductor's LoRA weights: {config.steps} GRPO steps (curve in grpo-{round_}/)"
@@ -180,7 +182,8 @@ class ConductorCompiler(Teleprompter):
         return PhaseRecord(phase, float(result.score), cost, tokens, **record)
 
     def _checkpoint(self, best: Conductor, state: dict[str, Any]) -> None:
-        best.save(self.output_dir / BEST, compiler={"phases_done": state["done"], "best_score": state["best_score"]})
+        compiler = {"phases_done": state["done"], "best_score": state["best_score"]}
+        save_program(best, self.output_dir / BEST, extra_manifest={"compiler": compiler})
         tmp = self.output_dir / f".{STATE}.tmp"
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.output_dir / STATE)  # the state names the best folder only once that folder is complete
@@ -207,15 +210,3 @@ class ConductorCompiler(Teleprompter):
             )
         (self.output_dir / "phases.md").write_text("\n".join(lines) + "\n")
         (self.output_dir / "phases.json").write_text(json.dumps(records, indent=2))
-
-
-def _policy_of(program: Conductor) -> Any:
-    """The trainable policy behind the program's conductor LM, or ``None`` (an API model, a scripted LM)."""
-    engine = getattr(getattr(program.orchestrate, "lm", None), "engine", None)
-    return getattr(engine, "policy", None)
-
-
-def _load_program(path: Path) -> Conductor:
-    from conductor.deploy import load_program
-
-    return load_program(path)

@@ -4,9 +4,9 @@ GRPO learns only from samples that parse, and an untrained 135M model writes abo
 LoRA fine-tune on workflows known to be valid (the user's, ``synthetic_workflows``, or ones that scored well during
 search, ``from_predictions``) teaches the list format first.
 
-Each training pair is the exact prompt the ``Conductor`` sends its LM for a question (``conductor_messages``) and
-``Workflow.to_text()`` followed by end-of-sequence. The loss is the mean cross-entropy of the completion tokens only:
-teacher-forced log-probs from ``ConductorLM.sequence_logprobs``, so the prompt is context and never a target.
+Each training pair is the exact prompt the ``Conductor`` sends its LM for a question (``Conductor.prompt_messages``)
+and ``Workflow.to_text()`` followed by end-of-sequence. The loss is the mean cross-entropy of the completion tokens
+only: teacher-forced log-probs from ``ConductorLM.sequence_logprobs``, so the prompt is context and never a target.
 
 Importing this module needs no torch (making and checking examples don't); training does, through the policy.
 """
@@ -25,8 +25,8 @@ import dspy
 import pydantic
 
 from conductor.errors import ConductorError, ConfigError
-from conductor.modules import Conductor, Limits, RunError, Step, Workflow, WorkflowAdapter
-from conductor.modules._workflow import Access
+from conductor.modules import Conductor, Limits, RunError, Step, Workflow
+from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
 from conductor.optimizers._rewards import Metric, RewardConfig, score
 
 if TYPE_CHECKING:
@@ -86,20 +86,6 @@ def _question(program: Conductor, inputs: Mapping[str, Any]) -> str:
     return question
 
 
-def conductor_messages(program: Conductor, inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chat messages ``program.plan`` sends its conductor LM for ``inputs`` (the user's input fields): its own
-    ``orchestrate`` predictor's instructions and demos, rendered by ``WorkflowAdapter``."""
-    question = _question(program, inputs)
-    predictor = program.orchestrate
-    orchestrate_inputs = {
-        "question": question,
-        "workers": program.pool.describe(),
-        "available_roles": ", ".join(program.roles),
-        "max_steps": program.limits.max_steps,
-    }
-    return WorkflowAdapter().format(predictor.signature, predictor.demos, orchestrate_inputs)
-
-
 def completion_ids(policy: ConductorLM, workflow: Workflow) -> list[int]:
     """The tokens the policy should write for ``workflow``: its canonical text, then end-of-sequence."""
     eos = policy.tokenizer.eos_token_id if policy.tokenizer.eos_token_id in policy.eos_ids else min(policy.eos_ids)
@@ -115,15 +101,14 @@ def training_pairs(
         raise ConductorError("the warm start needs at least one (inputs, Workflow) example; got none")
     problems: list[str] = []
     pairs: list[TokenPair] = []
-    roles = set(program.roles)
     for i, example in enumerate(examples):
         if not (isinstance(example, tuple) and len(example) == 2 and isinstance(example[1], Workflow)):
             problems.append(f"example {i}: not an (inputs, Workflow) pair: {type(example).__name__}")
             continue
         inputs, workflow = example
-        found = [f"example {i}: {p}" for p in workflow.problems(len(program.pool), program.limits, roles)]
+        found = [f"example {i}: {p}" for p in program.workflow_problems(workflow)]
         try:
-            prompt = policy.encode(conductor_messages(program, inputs))
+            prompt = policy.encode(program.prompt_messages(_question(program, inputs)))
         except ConductorError as exc:
             found.append(f"example {i}: {exc}")
         if found:
@@ -175,7 +160,6 @@ def warm_start(
     ``program`` sends for its question: AdamW, cosine schedule with linear warmup, padded batches, the same result for
     the same seed. Don't sample from the policy in another thread meanwhile."""
     import torch
-    from transformers import get_cosine_schedule_with_warmup
 
     config = config or WarmStartConfig()
     pairs = training_pairs(policy, program, examples, config.max_length)
@@ -183,8 +167,9 @@ def warm_start(
     if not params:
         raise ConductorError("the policy has no trainable weights")
     steps = config.steps or config.epochs * math.ceil(len(pairs) / config.batch_size)
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    schedule = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * steps), steps)
+    optimizer, schedule = adamw_with_warmup(
+        params, lr=config.lr, weight_decay=config.weight_decay, steps=steps, warmup_ratio=config.warmup_ratio
+    )
     losses: list[float] = []
     learning_rates: list[float] = []
     trained_tokens = 0
@@ -205,12 +190,8 @@ def warm_start(
                     nll = completion_nll(policy, chosen[start : start + micro], grad=True)
                     (nll / tokens).backward()  # token-weighted mean over the whole step, however it is split
                     total += nll.item()
-                if config.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 learning_rates.append(schedule.get_last_lr()[0])
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer_step(optimizer, schedule, params, config.max_grad_norm)
                 losses.append(total / tokens)
                 trained_tokens += tokens
                 logger.info(
@@ -269,7 +250,7 @@ def _synthetic_workflow(question: str, pool_size: int, max_steps: int, rng: rand
     n = rng.randint(1, max_steps)
     steps, plan, used = [], [], set()
     for i in range(n):
-        access: Access = rng.choice(["all", ()]) if i == 0 else "all" if rng.random() < 0.7 else ()
+        access = rng.choice(["all", ()]) if i == 0 else "all" if rng.random() < 0.7 else ()
         if n == 1:
             choices = _ONLY
         elif i == 0:

@@ -82,10 +82,11 @@ def test_default_pool_listing(capsys):
 
 
 def test_run_answers_with_a_saved_program_and_its_own_pool(tmp_path, capsys):
+    import conductor
     from tests.deploy.helpers import compiled_program
 
-    compiled_program().save(tmp_path / "saved")
-    assert main(["run", "What is 17 * 23 + 4?", "--program", str(tmp_path / "saved"), "--json"]) == 0
+    conductor.save(compiled_program(), tmp_path / "saved")
+    assert main(["run", "What is 17 * 23 + 4?", "--program", str(tmp_path / "saved"), "--json", "--trust-code"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] == 395 and [s["worker"] for s in out["steps"]] == ["title", "calc"]  # its `answer: int`
 
@@ -101,3 +102,31 @@ def test_run_answers_with_a_saved_program_and_its_own_pool(tmp_path, capsys):
 def test_run_refuses_options_a_saved_program_cannot_take(tmp_path, capsys, extra, message):
     assert main(["run", "2 + 2", "--program", str(tmp_path), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "budget"),
+    [
+        (["--max-tokens", "777"], {"max_tokens": 777, "max_cost": 1.0}),
+        (["--max-cost", "0.5"], {"max_tokens": 5_000, "max_cost": 0.5}),
+        (["--max-tokens", "0", "--max-cost", "0"], {"max_tokens": 0, "max_cost": 0}),
+    ],
+)
+def test_a_budget_flag_changes_only_the_limit_it_names(monkeypatch, flags, budget):
+    from conductor.modules import Budget
+    from tests.deploy.helpers import compiled_program
+
+    program = compiled_program()  # its own budget: 5,000 tokens and $1
+    monkeypatch.setattr(_run, "_saved", lambda args: program)
+    main(["run", "What is 17 * 23 + 4?", *flags, "--json"])
+    assert program.executor.budget == Budget(**budget)
+
+
+@pytest.mark.parametrize("flags", [["--max-cost", "nan"], ["--max-cost", "inf"], ["--max-tokens", "-5"]])
+def test_a_budget_flag_that_is_no_limit_is_one_clear_line(monkeypatch, capsys, flags):
+    from tests.deploy.helpers import compiled_program
+
+    monkeypatch.setattr(_run, "_saved", lambda args: compiled_program())
+    assert main(["run", "2 + 2", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "invalid budget:" in err and "Traceback" not in err

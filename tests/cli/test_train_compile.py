@@ -73,7 +73,7 @@ def test_every_config_error_is_reported_at_once(tmp_path: Path) -> None:
     path.write_text(
         yaml.safe_dump(
             {
-                "program": {"max_steps": 0, "lora": {"r": 0}},
+                "program": {"max_steps": 0, "lora": {"r": 0}, "conductor": "smollm2-135m-instruct"},
                 "data": {"loader": "no colon", "metric": "m:f", "fractions": [0.9, 0.9, 0]},
                 "grpo": {"group_size": 1},
                 "compile": {"rounds": 0},
@@ -86,6 +86,7 @@ def test_every_config_error_is_reported_at_once(tmp_path: Path) -> None:
     message = str(caught.value)
     for where in (
         "program.max_steps",
+        "program.conductor: an embedded local model is named local/smollm2-135m-instruct",
         "program.lora.r",
         "data.loader",
         "data.fractions",
@@ -111,7 +112,7 @@ def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, cap
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
 
     capsys.readouterr()
-    assert main(["eval", str(run / "program"), "--config", str(config), "--split", "train", "--json"]) == 0
+    assert main(["eval", str(run / "program"), "--trust-code", "--config", str(config), "--split", "train", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
     by_family = result["by_family"]
@@ -119,7 +120,7 @@ def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, cap
     assert result["accuracy"] == pytest.approx(sum(f["accuracy"] * f["n"] for f in by_family.values()) / 4)
     assert result["format_error_rate"] == 0.0 and result["tokens_per_question"] >= 0  # loaded under its grammar
 
-    assert main(["eval", str(run / "program"), "--config", str(config)]) == 0
+    assert main(["eval", str(run / "program"), "--trust-code", "--config", str(config)]) == 0
     assert "accuracy" in capsys.readouterr().out
 
 

@@ -10,16 +10,14 @@ import torch
 
 from conductor.conductor_lm import ConductorLM
 from conductor.errors import MissingDependency
-from conductor.modules._local import DEFAULT_MODEL
+from conductor.local import DEFAULT_MODEL, model_folder
 
 
 def smollm2_or_skip(**options: Any) -> ConductorLM:
     """The embedded SmolLM2-135M-Instruct as a CPU policy (``options`` as ``from_pretrained`` takes them); the test
     is skipped when the model's package is missing."""
-    from conductor.conductor_lm._model import base_folder
-
     try:
-        base_folder(DEFAULT_MODEL)
+        model_folder(DEFAULT_MODEL)
     except MissingDependency as exc:
         pytest.skip(str(exc))
     return ConductorLM.from_pretrained(DEFAULT_MODEL, device="cpu", **options)

@@ -8,8 +8,9 @@ import dspy
 import pytest
 from dspy.lm15 import Config, ContextLengthError, Message, Request
 
-from conductor.conductor_lm import ConductorEngine, ConductorLM, Sample
+from conductor.conductor_lm import ConductorLM, Sample
 from conductor.errors import ConductorError
+from conductor.local import LocalEngine, trainable_policy
 from conductor.modules import Conductor, WorkerPool
 from conductor.modules._prompts import WorkerPromptAdapter
 from conductor.testing import ScriptedWorker
@@ -83,8 +84,13 @@ def test_engine_state_points_at_the_saved_policy(tiny: ConductorLM, tmp_path: Pa
         engine.dump_state()
     tiny.save(tmp_path / "policy")
     state = engine.dump_state()
-    assert state == {"path": str((tmp_path / "policy").absolute()), "temperature": 0.0, "max_tokens": 7}
-    restored = ConductorEngine.load_state(state)
+    assert state == {
+        "model_class": "conductor.conductor_lm._model:ConductorLM",
+        "path": str((tmp_path / "policy").absolute()),
+        "temperature": 0.0,
+        "max_tokens": 7,
+    }
+    restored = LocalEngine.load_state(state)
     request = Request(model="conductor/tiny", messages=(Message.user("hi"),))
     assert restored.complete(request).text == engine.complete(request).text
     engine.close()
@@ -93,12 +99,21 @@ def test_engine_state_points_at_the_saved_policy(tiny: ConductorLM, tmp_path: Pa
     predict.lm = tiny.as_dspy_lm(max_tokens=7)
     loaded = dspy.Predict("question -> answer")
     loaded.load_state(predict.dump_state(), allow_unsafe_lm_state=True)
-    assert isinstance(loaded.lm.engine, ConductorEngine)
-    assert loaded.lm.engine.policy.saved_to == tiny.saved_to and loaded.lm.engine.max_tokens == 7
+    assert isinstance(loaded.lm.engine, LocalEngine)
+    assert trainable_policy(loaded.lm).saved_to == tiny.saved_to and loaded.lm.engine.max_tokens == 7
 
 
 def test_a_prompt_longer_than_the_context_window_is_refused(tiny: ConductorLM) -> None:
     engine = tiny.engine()
     request = Request(model="conductor/tiny", messages=(Message.user("x" * 5000),))
-    with pytest.raises(ContextLengthError, match="context window"):
+    with pytest.raises(ContextLengthError, match="context window of 4096 tokens"):
         engine.complete(request)
+
+
+def test_a_prompt_near_the_context_window_gets_a_shorter_completion(tiny: ConductorLM) -> None:
+    """``max_tokens`` shrinks to what the window leaves, and the completion cut there finishes with "length"."""
+    text = "x" * (tiny.context_window - 3 - len(tiny.encode([{"role": "user", "content": ""}])))
+    engine = tiny.engine(max_tokens=50, logits_processor=ForceText(tiny, "a long answer"))
+    response = engine.complete(Request(model="conductor/tiny", messages=(Message.user(text),)))
+    assert response.usage.input_tokens == tiny.context_window - 3
+    assert (response.usage.output_tokens, response.finish_reason, response.text) == (3, "length", "a l")

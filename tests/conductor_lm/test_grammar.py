@@ -211,9 +211,14 @@ def test_constrain_program_fits_the_pool_and_refuses_what_the_grammar_cannot_exp
     from conductor.testing import ScriptedWorker
 
     pool = WorkerPool([ScriptedWorker("a", lambda p: "1"), ScriptedWorker("b", lambda p: "2")])
-    program = Conductor(pool, tiny.as_dspy_lm(max_tokens=96), max_steps=2)
+    seen: list[object] = []
+    lm = tiny.as_dspy_lm(max_tokens=96, on_sample=seen.append)
+    program = Conductor(pool, lm, max_steps=2)
     constrain_program(program)
-    assert program.orchestrate.lm.engine.logits_processor.format == WorkflowFormat(2, 2).fit(96)
+    constrained = program.orchestrate.lm
+    assert constrained.engine.logits_processor.format == WorkflowFormat(2, 2).fit(96)
+    assert lm.engine.logits_processor is None  # the LM is built again with the grammar, not patched
+    assert constrained.kwargs == lm.kwargs and constrained.engine.on_sample == seen.append
     with pytest.raises(ConfigError, match="recursive conductor"):
         constrain_program(Conductor(pool, tiny.as_dspy_lm(max_tokens=96), max_depth=1))
     with pytest.raises(ConfigError, match="only a local or trained conductor"):
@@ -236,7 +241,7 @@ QUESTIONS = (
 @pytest.mark.slow
 @needs_xgrammar
 def test_smollm2_samples_only_valid_workflows_under_the_constraint() -> None:
-    from conductor.modules._local import load_local_model
+    from conductor.local import load_local_model
 
     try:
         model, tokenizer = load_local_model("smollm2-135m-instruct")

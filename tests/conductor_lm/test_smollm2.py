@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conductor.conductor_lm import ConductorLM
-from conductor.modules._local import DEFAULT_MODEL
+from conductor.local import DEFAULT_MODEL
 from tests.conductor_lm.helpers import smollm2_or_skip
 
 pytestmark = pytest.mark.slow

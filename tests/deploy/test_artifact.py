@@ -6,8 +6,8 @@ import dspy
 import pytest
 
 from conductor import ConductorError, ConfigError
-from conductor.deploy import _artifact, load, load_program, save_program
-from conductor.modules import Conductor, WorkerPool
+from conductor.deploy import TRAINED_PROGRAM, _artifact, load, load_program, save_program
+from conductor.modules import Conductor, ConductorConfig, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.helpers import POOL_CONFIG, WORKFLOW, compiled_program, fixed_lm
 
@@ -37,7 +37,7 @@ def test_save_load_run_gives_the_same_outputs_as_the_original(tmp_path):
     assert [step.role for step in expected.trace] == ["check", "solve"]
 
     folder = save_program(original, tmp_path / "program")
-    loaded = load_program(folder)
+    loaded = load_program(folder, trust_code=True)
     got = loaded(question=QUESTION)
 
     assert outputs(got) == outputs(expected)
@@ -89,12 +89,12 @@ def test_no_secret_is_written(tmp_path, monkeypatch):
             assert secret not in data, f"{secret!r} written to {name}"
     assert lm.kwargs["api_key"] == "sk-conductor-SECRET-2"  # the program itself is untouched
 
-    loaded = load_program(folder)  # the key is read from the environment again
+    loaded = load_program(folder, trust_code=True)  # the key is read from the environment again
     assert loaded.pool[2].lm.kwargs["api_key"] == "sk-pool-SECRET-1"
     assert loaded.orchestrate.lm.model == "openai/gpt-4o-mini" and "api_key" not in loaded.orchestrate.lm.kwargs
     monkeypatch.delenv("POOL_WORKER_KEY")
     with pytest.raises(ConfigError, match=r"\$POOL_WORKER_KEY, which is not set"):
-        load_program(folder)
+        load_program(folder, trust_code=True)
 
 
 @pytest.mark.parametrize("fail_in", ["program.json", "manifest.json"])
@@ -127,7 +127,7 @@ def test_a_save_that_fails_midway_leaves_the_earlier_program_and_no_temporary_fo
 def test_saving_again_replaces_the_program(tmp_path):
     folder = save_program(compiled_program(), tmp_path / "p")
     save_program(compiled_program(lm=fixed_lm("other")), folder)
-    assert load_program(folder).orchestrate.lm.engine.text == "other"
+    assert load_program(folder, trust_code=True).orchestrate.lm.engine.text == "other"
     assert os.listdir(tmp_path) == ["p"]
 
 
@@ -162,7 +162,7 @@ def test_a_missing_file_is_named(tmp_path, name):
     folder = save_program(compiled_program(), tmp_path / "p")
     (folder / name).unlink()
     with pytest.raises(ConductorError, match=rf"{name} is missing"):
-        load_program(folder)
+        load_program(folder, trust_code=True)
 
 
 def test_a_manifest_of_another_format_version_is_refused(tmp_path):
@@ -170,14 +170,14 @@ def test_a_manifest_of_another_format_version_is_refused(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps(manifest | {"format_version": 99}))
     with pytest.raises(ConductorError, match="version 99"):
-        load_program(folder)
+        load_program(folder, trust_code=True)
 
 
 def test_a_broken_program_json_is_named(tmp_path):
     folder = save_program(compiled_program(), tmp_path / "p")
     (folder / "program.json").write_text("{not json")
     with pytest.raises(ConductorError, match=r"program\.json can't be loaded"):
-        load_program(folder)
+        load_program(folder, trust_code=True)
 
 
 def test_a_trainable_conductor_lm_is_saved_in_its_own_folder(tmp_path):
@@ -193,22 +193,68 @@ def test_a_trainable_conductor_lm_is_saved_in_its_own_folder(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["conductor_lm"]["folder"] == "conductor_lm/" and (folder / "conductor_lm").is_dir()
     assert policy.saved_to == folder / "conductor_lm"
-    loaded = load_program(folder)
+    loaded = load_program(folder, trust_code=True)
     got = loaded(question=QUESTION)
     assert outputs(got) == outputs(expected) and got.conductor_text == expected.conductor_text
 
     (folder / "conductor_lm" / "adapter_model.safetensors").unlink()
     with pytest.raises(ConductorError, match=r"adapter_model\.safetensors is missing"):
-        load_program(folder)
+        load_program(folder, trust_code=True)
 
 
 def test_conductor_save_writes_a_folder_and_conductor_load_reads_it(tmp_path):
     import conductor
 
     program = compiled_program()
-    program.save(tmp_path / "deployed", pareto_point={"max_cost": 0.01})
-    loaded = conductor.load(tmp_path / "deployed")
+    conductor.save(program, tmp_path / "deployed", extra_manifest={"pareto_point": {"max_cost": 0.01}})
+    loaded = conductor.load(tmp_path / "deployed", trust_code=True)
     assert isinstance(loaded, conductor.Conductor)
     assert json.loads((tmp_path / "deployed" / "manifest.json").read_text())["pareto_point"] == {"max_cost": 0.01}
-    program.save(tmp_path / "state.json")  # a .json path keeps DSPy's own meaning: the predictors' state
+
+
+def test_the_programs_own_save_is_dspys_and_refuses_a_folder_without_save_program(tmp_path):
+    program = compiled_program()
+    program.save(tmp_path / "state.json")  # the predictors' state, as DSPy saves it
     assert "orchestrate" in json.loads((tmp_path / "state.json").read_text())
+    with pytest.raises(ConductorError, match=r"conductor\.save\(program, path\)"):
+        program.save(tmp_path / "deployed")
+    assert not (tmp_path / "deployed").exists()
+    program.save(tmp_path / "whole", save_program=True)  # DSPy's own whole-program folder (cloudpickle)
+    assert dspy.load(str(tmp_path / "whole"), allow_pickle=True)(question=QUESTION).answer == 395
+
+
+def test_the_manifest_holds_the_programs_config_and_rebuilds_it(tmp_path):
+    original = compiled_program()
+    folder = save_program(original, tmp_path / "p")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    config = original.config().model_dump(mode="json")
+    assert {k: manifest[k] for k in ConductorConfig.model_fields} == config
+    assert load_program(folder, trust_code=True).config().model_dump(mode="json") == config
+    rebuilt = Conductor.from_config(original.config(), original.pool, original.orchestrate.lm)
+    assert rebuilt.config().model_dump(mode="json") == config
+
+
+def test_a_manifest_without_the_newer_options_loads_with_their_defaults(tmp_path):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for newer in ("max_depth", "max_parallel"):  # written since format version 1 began
+        del manifest[newer]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    loaded = load_program(folder, trust_code=True)
+    assert loaded.max_depth == 0 and loaded.executor.max_parallel == 4
+
+
+def test_the_shipped_programs_options_read_back_as_written():
+    manifest = json.loads((TRAINED_PROGRAM / "manifest.json").read_text())
+    config = _artifact._read_config(TRAINED_PROGRAM / "manifest.json", manifest)
+    dumped = config.model_dump(mode="json")
+    assert dumped == {k: manifest[k] for k in dumped}
+    assert config.max_steps == 1 and [role.__name__ for role in config.roles][:2] == ["Solve", "Plan"]
+
+
+def test_invalid_options_in_a_manifest_are_a_clear_error(tmp_path):
+    folder = save_program(compiled_program(), tmp_path / "p")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "fallback": "guess", "max_steps": 0}))
+    with pytest.raises(ConductorError, match=r"invalid program options: max_steps: .*; fallback: "):
+        load_program(folder, trust_code=True)

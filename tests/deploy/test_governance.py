@@ -25,7 +25,7 @@ from conductor.deploy import (
     save_program,
 )
 from conductor.errors import ConfigError
-from conductor.modules import Budget, Conductor, WorkerPool
+from conductor.modules import Budget, Conductor, Price, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.helpers import compiled_program
 
@@ -34,10 +34,11 @@ TWO_STEPS = 'model_id = [0, 1]\nsubtasks = ["plan it", "solve it"]\naccess_list 
 
 
 class PricedWorker(ScriptedWorker):
-    """A scripted worker whose provider reports ``cost`` dollars for every call."""
+    """A scripted worker whose provider reports ``cost`` dollars for every call. Its price makes the least output a
+    step reserves (16 tokens) cost as much, so a call never reports more than its step reserved."""
 
     def __init__(self, name: str, cost: float, **kwargs):
-        super().__init__(name, lambda _: "Answer: 7", **kwargs)
+        super().__init__(name, lambda _: "Answer: 7", price=Price(0.0, cost * 1000 / 16), **kwargs)
         self.cost = cost
 
     def complete(self, messages, *, max_tokens, temperature):
@@ -202,6 +203,15 @@ def test_fifty_racing_requests_spend_at_most_a_key_s_daily_budget_for_ten(serve,
     assert outcomes == {"ok": 10, "rate-limited": 40}
 
 
+def test_a_worker_reporting_more_than_it_reserved_stops_the_run_and_the_day_settles_what_it_spent(serve, tmp_path):
+    program = team(ONE_STEP)
+    program.pool[1].cost = 0.005  # its provider reports five times what its price let the step reserve
+    key, spec = key_entry("team", budget=Budget(max_cost=0.001), daily_cost=0.010)
+    error = ask(serve(program, spec), key).json()["conductor"]["error"]
+    assert error["kind"] == "budget" and "went over its reservation: solver cost $0.005" in error["message"]
+    assert SpendLedger(tmp_path / "audit.sqlite").day("team").spent_cost == pytest.approx(0.005)
+
+
 def test_a_day_is_a_utc_day_and_a_reservation_settles_on_the_day_it_began(tmp_path):
     now = [datetime(2025, 3, 1, 23, 59, tzinfo=UTC)]
     ledger = SpendLedger(tmp_path / "spend.sqlite", clock=lambda: now[0])
@@ -274,7 +284,7 @@ def test_serve_with_a_keys_file(tmp_path, capsys, monkeypatch, wide):
     key = capsys.readouterr().out.strip()
     served = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app))
-    assert main(["serve", str(folder), "--keys", str(keys)]) == 0
+    assert main(["serve", str(folder), "--keys", str(keys), "--trust-code"]) == 0
     with TestClient(served["app"]) as client:
         assert ask(client, None).status_code == 401
         assert ask(client, key, "What is 17 * 23 + 4?").json()["choices"][0]["message"]["content"] == "395"
@@ -282,5 +292,5 @@ def test_serve_with_a_keys_file(tmp_path, capsys, monkeypatch, wide):
     assert record["key_id"] == "ops" and record["outcome"] == "ok" and record["workers"] == ["title", "calc"]
 
     keys.write_text(keys.read_text().replace("calc", "calculator"))
-    assert main(["serve", str(folder), "--keys", str(keys)]) == 2
+    assert main(["serve", str(folder), "--keys", str(keys), "--trust-code"]) == 2
     assert "key 'ops' names workers ['calculator'] that the pool lacks" in capsys.readouterr().err

@@ -158,6 +158,19 @@ def test_a_bad_budget_gets_a_400(serve, budget, message):
     assert message in error_of(ask(serve(), conductor_budget=budget), 400)["message"]
 
 
+@pytest.mark.parametrize("limit", ['{"max_cost": NaN}', '{"max_cost": Infinity}', '{"max_tokens": -Infinity}'])
+def test_a_nan_or_infinite_budget_gets_a_400_not_a_500(serve, limit):
+    body = '{"messages": [{"role": "user", "content": "Say the number 7."}], "conductor_budget": ' + limit + "}"
+    response = serve().post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert "invalid conductor_budget" in error_of(response, 400)["message"]
+
+
+def test_a_per_step_limit_of_zero_is_zero_not_unlimited(serve):
+    body = ask(serve(budget=Budget(max_tokens_per_step=16)), conductor_budget={"max_tokens_per_step": 0}).json()
+    assert body["conductor"]["budget"]["max_tokens_per_step"] == 0
+    assert body["conductor"]["error"]["kind"] == "budget" and body["conductor"]["steps"] == []
+
+
 def test_parallel_requests_all_get_their_own_answer(serve):
     client = serve(make_program(delay_s=0.01), concurrency=4)
     with ThreadPoolExecutor(8) as pool:
@@ -180,7 +193,7 @@ def test_a_saved_program_is_served_by_the_cli(tmp_path, monkeypatch):
     folder = save_program(compiled_program(), tmp_path / "math-team")
     served = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app, **options))
-    assert main(["serve", str(folder), "--port", "9123", "--timeout", "5"]) == 0
+    assert main(["serve", str(folder), "--port", "9123", "--timeout", "5", "--trust-code"]) == 0
     assert served["host"] == "127.0.0.1" and served["port"] == 9123
     with TestClient(served["app"]) as client:
         body = ask(client, "What is 17 * 23 + 4?").json()

@@ -16,10 +16,10 @@ from pathlib import Path
 import dspy
 import pytest
 
-import experiments.datasets._cache as cache_module
-import experiments.datasets._humaneval as humaneval_module
+import conductor.experiments.datasets._cache as cache_module
+import conductor.experiments.datasets._humaneval as humaneval_module
 from conductor.errors import ConfigError, WorkerTimeout
-from experiments.datasets import (
+from conductor.experiments.datasets import (
     BIGBENCH,
     GSM8K_TEST_TEMPLATES,
     HUMAN_EVAL,
@@ -54,12 +54,22 @@ def _offline(*args: object, **kwargs: object) -> None:
     raise AssertionError("tests must not reach the network")
 
 
+def _run_offline(command: list[str], *args: object, **kwargs: object) -> subprocess.CompletedProcess:
+    """``subprocess.run`` that refuses pip (a download) and runs anything else (the sandbox that scores code)."""
+    if "pip" in command:
+        _offline()
+    return _real_run(command, *args, **kwargs)
+
+
+_real_run = subprocess.run
+
+
 @pytest.fixture(autouse=True)
 def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """An empty cache in tmp_path; unless the test is slow, any attempt to download fails the test."""
     if request.node.get_closest_marker("slow") is None:
         monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "cache"))
-        monkeypatch.setattr(cache_module.subprocess, "run", _offline)
+        monkeypatch.setattr(cache_module.subprocess, "run", _run_offline)
         monkeypatch.setattr(cache_module.urllib.request, "urlopen", _offline)
     return tmp_path / "cache" / "datasets"
 

@@ -20,9 +20,7 @@ import yaml
 
 from conductor.cli import main as conductor_main
 from conductor.errors import ConfigError
-from conductor.testing import scripted_lm
-from experiments.__main__ import main as experiments_main
-from experiments.runner import (
+from conductor.experiments import (
     ALL,
     METHODS,
     RESULTS_FILE,
@@ -34,9 +32,10 @@ from experiments.runner import (
     wilson_interval,
     write_report,
 )
-from experiments.runner import _config as runner_config
-from experiments.runner._config import MethodType
-from experiments.simulated import simulated_dataset, simulated_task
+from conductor.experiments import _config as runner_config
+from conductor.experiments._config import MethodType
+from conductor.experiments.simulated import simulated_dataset, simulated_task
+from conductor.testing import scripted_lm
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILING_TASK = "math500:0:3"  # the flaky tool fails on this task only
@@ -182,7 +181,7 @@ def test_conductor_methods_get_their_lm_by_name(tmp_path, monkeypatch):
         made.append((model, max_tokens, temperature))
         return scripted_lm(lambda prompt: 'model_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]')
 
-    monkeypatch.setattr(runner_config, "conductor_lm", scripted)
+    monkeypatch.setattr(runner_config, "cached_conductor_lm", scripted)
     data = _config(tmp_path, n=2)
     data["methods"] = [
         {"name": "conductor", "type": "conductor", "args": {"lm": "local/smollm2-135m-instruct", "max_tokens": 99}},
@@ -194,15 +193,16 @@ def test_conductor_methods_get_their_lm_by_name(tmp_path, monkeypatch):
 
 
 def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
+    from conductor.deploy import save_program
     from conductor.modules import Conductor, WorkerPool
     from tests.deploy.helpers import fixed_lm
 
     title = {"kind": "tool", "tool": "string:capwords"}
     saved_pool = WorkerPool.from_config({"workers": [{"name": "a", **title}, {"name": "b", **title}]})
     workflow = 'model_id = [1]\nsubtasks = ["Solve it."]\naccess_list = [[]]'  # worker 1: "flaky" in the experiment
-    Conductor(saved_pool, fixed_lm(workflow), max_steps=1).save(tmp_path / "saved")
+    save_program(Conductor(saved_pool, fixed_lm(workflow), max_steps=1), tmp_path / "saved")
     data = _config(tmp_path, n=2)
-    data["methods"] = [{"name": "saved", "type": "program", "args": {"path": "saved"}}]
+    data["methods"] = [{"name": "saved", "type": "program", "args": {"path": "saved", "trust_code": True}}]
     records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
     assert len(records) == 8 and _calls()["flaky"] == 8 and _calls()["oracle"] == 0
     assert all(r["correct"] == 1.0 for r in records)
@@ -275,7 +275,7 @@ def test_a_killed_run_resumes_without_recomputing_finished_units(tmp_path, monke
 def test_a_run_killed_with_sigkill_resumes(tmp_path):
     config_path = _write(tmp_path, _config(tmp_path, tool="slow_oracle", n=10, threads=1))
     results = tmp_path / "out" / RESULTS_FILE
-    command = [sys.executable, "-m", "experiments", "run", str(config_path), "--no-progress"]
+    command = [sys.executable, "-m", "conductor.cli", "bench", str(config_path), "--no-progress"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -358,14 +358,13 @@ def test_summarise_pools_datasets_and_seeds():
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("main, command", [(conductor_main, "bench"), (experiments_main, "run")])
-def test_the_commands_run_a_config_and_resume(tmp_path, main, command, capsys):
+def test_the_command_runs_a_config_and_resumes(tmp_path, capsys):
     path = _write(tmp_path, _config(tmp_path, n=1))
-    assert main([command, str(path), "--no-progress"]) == 0
+    assert conductor_main(["bench", str(path), "--no-progress"]) == 0
     assert "| oracle | 4 | 100.0" in capsys.readouterr().out
     _calls().clear()
-    assert main([command, str(path), "--no-progress"]) == 0 and _calls().total() == 0
-    assert main([command, str(path), "--fresh", "--no-progress"]) == 0 and _calls().total() == 8
+    assert conductor_main(["bench", str(path), "--no-progress"]) == 0 and _calls().total() == 0
+    assert conductor_main(["bench", str(path), "--fresh", "--no-progress"]) == 0 and _calls().total() == 8
 
 
 def test_a_bad_config_is_a_clear_error_not_a_traceback(tmp_path, capsys):

@@ -5,9 +5,7 @@ import pytest
 
 from conductor import ConfigError, Price
 from conductor.errors import ToolInputError
-from conductor.modules import extract_answer
-from conductor.modules.baselines import MixtureOfAgents, SelfConsistency, SingleWorker
-from experiments.simulated import (
+from conductor.experiments.simulated import (
     PAPER_FAMILIES,
     PAPER_MODELS,
     SimulatedModel,
@@ -17,6 +15,8 @@ from experiments.simulated import (
     simulated_pool,
     simulated_task,
 )
+from conductor.modules import extract_answer
+from conductor.modules.baselines import MixtureOfAgents, SelfConsistency, SingleWorker
 from tests.modules.worker_contract import WorkerContract
 
 TOY = SimulatedModel("toy", {"toy": 0.3}, Price(0.001, 0.002), mean_output_tokens=50)

@@ -184,3 +184,17 @@ def test_runaway_code_in_the_sandbox_is_a_clear_error_and_the_process_survives(c
     prediction = Conductor(pool, scripted_lm([text]))(question="q")
     reported = prediction.error.message if prediction.error else prediction.response
     assert problem in reported
+
+
+def test_a_completion_is_read_into_a_workflow_or_a_format_error_and_never_raises():
+    program = Conductor(make_pool())
+    reply = program.read_completion(TWO_STEPS)
+    assert reply.error is None and reply.text == TWO_STEPS and [s.worker for s in reply.workflow.steps] == [0, 1]
+    for text, problem in [
+        ("no lists", "missing list: model_id"),
+        ('model_id = [2]\nsubtasks = ["x"]\naccess_list = [[]]', "unknown worker 2"),
+        ("model_id = []\nsubtasks = []\naccess_list = []", "no steps"),  # only a recursive round may keep the answer
+    ]:
+        reply = program.read_completion(text)
+        assert reply.workflow is None and reply.text == text
+        assert reply.error.kind == "format" and problem in reply.error.message

@@ -1,11 +1,14 @@
 import itertools
+import math
+import re
 import threading
 import time
 
 import dspy
 import pytest
 
-from conductor.modules import Budget, Executor, Price, Step, WorkerPool, Workflow
+from conductor.errors import ConfigError, WorkerError
+from conductor.modules import Budget, Completion, Executor, Price, Step, StepTrace, Usage, Worker, WorkerPool, Workflow
 from conductor.signatures import Solve, Verify
 from conductor.testing import ScriptedWorker
 
@@ -255,3 +258,118 @@ def test_cost_is_attributed_to_workers_and_steps():
     assert result.cost_by_step() == pytest.approx({0: 0.002, 1: 0.006, 2: 0.002})
     assert result.cost_by_worker() == pytest.approx({"a": 0.004, "b": 0.006})
     assert sum(result.cost_by_worker().values()) == pytest.approx(result.cost)
+
+
+# ---- budgets: what a limit means, unknown prices, over-reports, the conductor's own spend --------------------------
+class OverReporter(Worker):
+    """Answers "ok" but reports ``extra_output`` more output tokens than it was allowed, or the provider cost
+    ``cost``: a worker that breaks the contract."""
+
+    def __init__(self, name, *, extra_output=0, cost=None, **kwargs):
+        super().__init__(name, **kwargs)
+        self.extra_output, self.reported_cost, self.calls = extra_output, cost, 0
+
+    def complete(self, messages, *, max_tokens, temperature):
+        self.calls += 1
+        output = min(1, max_tokens) + self.extra_output if self.extra_output else 1
+        return Completion("ok", self.count_tokens(messages), output, self.reported_cost)
+
+
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        ({"max_cost": math.nan}, "max_cost must be finite"),
+        ({"max_cost": math.inf}, "max_cost must be finite"),
+        ({"max_tokens": -1}, "max_tokens must not be negative"),
+        ({"max_cost": -0.01, "max_steps": -2}, "max_steps must not be negative; max_cost must not be negative"),
+        ({"max_tokens_per_step": 1.5}, "max_tokens_per_step must be a whole number"),
+        ({"max_steps": True}, "max_steps must be a whole number"),
+        ({"max_cost": "1"}, "max_cost must be a number"),
+    ],
+)
+def test_a_budget_refuses_limits_that_are_not_limits(limits, problem):
+    with pytest.raises(ConfigError, match=f"invalid budget: {re.escape(problem)}"):
+        Budget(**limits)
+
+
+def test_zero_is_a_limit_of_zero_and_none_is_no_limit():
+    assert Budget(max_steps=0, max_tokens=0, max_cost=0, max_tokens_per_step=0).max_tokens_per_step == 0
+    worker = ScriptedWorker("w", itertools.repeat("word " * 50), max_tokens=100)
+    capped = Executor(pool_of(worker)).run(Workflow((Step(0, "a"),)), "t", Budget(max_tokens_per_step=0))
+    assert worker.calls == 0 and capped.error.kind == "budget" and "0 output tokens would fit" in capped.error.message
+    at_zero = Executor(pool_of(worker), min_output_tokens=0).run(
+        Workflow((Step(0, "a"),)), "t", Budget(max_tokens_per_step=0)
+    )
+    assert at_zero.steps[0].completion_tokens == 0  # capped at 0, not lifted to the worker's 100
+    free = ScriptedWorker("free", itertools.repeat("fine"))  # a cost limit of $0 leaves free workers free
+    assert Executor(pool_of(free)).run(Workflow((Step(0, "a"),)), "t", Budget(max_cost=0)).answer == "fine"
+    unlimited = Executor(pool_of(worker)).run(Workflow((Step(0, "a"),)), "t", Budget(max_tokens_per_step=None))
+    assert unlimited.steps[0].completion_tokens == 50
+
+
+def test_a_worker_of_unknown_price_is_refused_under_a_cost_budget_before_any_call():
+    priced = ScriptedWorker("priced", price=Price(1.0, 1.0))
+    unknown = ScriptedWorker("mystery", price=None)
+    workflow = Workflow((Step(0, "a", ()), Step(1, "b")))
+    result = Executor(pool_of(priced, unknown)).run(workflow, "t", Budget(max_cost=1.0))
+    assert priced.calls == unknown.calls == 0 and result.steps == [] and result.error.kind == "budget"
+    assert "price of worker 'mystery' is unknown" in result.error.message and "give it a price" in result.error.message
+    assert Executor(pool_of(priced, unknown)).run(workflow, "t", Budget(max_tokens=10_000)).error is None
+
+
+def test_a_fallback_of_unknown_price_is_refused_too():
+    pool = WorkerPool([ScriptedWorker("a", price=Price()), ScriptedWorker("b", price=None)], fallbacks={"a": ["b"]})
+    result = Executor(pool).run(Workflow((Step(0, "go"),)), "t", Budget(max_cost=1.0))
+    assert pool[0].calls == 0 and "'b' is unknown" in result.error.message
+
+
+def test_a_worker_writing_more_than_it_was_allowed_stops_the_run_and_its_real_spend_is_recorded():
+    greedy = OverReporter("greedy", extra_output=500, max_tokens=100)
+    after = ScriptedWorker("after")
+    result = Executor(pool_of(greedy, after)).run(Workflow((Step(0, "a"), Step(1, "b"))), "t", Budget(max_tokens=900))
+    assert after.calls == 0 and result.answer is None and result.error.kind == "budget"
+    assert "step 0 went over its reservation: greedy wrote 501 output tokens" in result.error.message
+    step = result.steps[0]
+    assert step.completion_tokens == 501 and step.error is not None and step.output == "ok"
+    assert result.tokens == step.prompt_tokens + 501  # the true spend, though over the limit
+
+
+def test_a_provider_cost_over_the_reservation_stops_the_run():
+    executor = Executor(pool_of(OverReporter("pricey", cost=5.0, price=Price(1.0, 1.0))))
+    result = executor.run(Workflow((Step(0, "a"),)), "t", Budget(max_cost=1.0))
+    assert result.error.kind == "budget" and "pricey cost $5, more than the $" in result.error.message
+    assert result.cost == 5.0 and result.steps[0].cost == 5.0
+    # without a cost limit, a reported cost is only recorded
+    assert executor.run(Workflow((Step(0, "a"),)), "t").error is None
+
+
+def test_a_completion_with_impossible_usage_is_a_worker_error_not_retried():
+    with pytest.raises(WorkerError) as negative:
+        Completion("x", -1, 3)
+    with pytest.raises(WorkerError):
+        Completion("x", 1, 3, math.nan)
+    assert negative.value.retryable is False
+
+
+def test_the_budget_counts_from_what_the_conductor_already_spent():
+    worker = ScriptedWorker("w", itertools.repeat("word " * 400), max_tokens=400, price=Price(0.0, 1.0))
+    workflow = Workflow((Step(0, "a"),))
+    conductor = Usage(prompt_tokens=200, completion_tokens=50, cost=0.1)
+    result = Executor(pool_of(worker), min_output_tokens=1).run(
+        workflow, "t", Budget(max_tokens=400, max_cost=1.0), conductor_usage=conductor
+    )
+    step = result.steps[0]
+    assert step.prompt_tokens + step.completion_tokens <= 400 - 250  # the conductor's 250 tokens came first
+    assert result.conductor_usage == conductor and result.tokens == 250 + step.prompt_tokens + step.completion_tokens
+    assert result.cost == pytest.approx(0.1 + step.cost) and result.prompt_tokens == 200 + step.prompt_tokens
+    spent_all = Executor(pool_of(worker)).run(workflow, "t", Budget(max_cost=0.05), conductor_usage=conductor)
+    assert spent_all.error.kind == "budget" and spent_all.steps == [] and spent_all.cost == 0.1
+
+
+def test_remaining_budget_subtracts_steps_and_the_conductor_s_spend_but_not_its_steps():
+    step = StepTrace(0, 0, "w", "solve", "x", (), prompt_tokens=30, completion_tokens=20, cost=0.25)
+    budget = Budget(max_steps=3, max_tokens=100, max_cost=1.0, max_tokens_per_step=7)
+    left = budget.remaining([step], Usage(10, 5, 0.5))
+    assert left == Budget(max_steps=2, max_tokens=35, max_cost=0.25, max_tokens_per_step=7)
+    assert budget.remaining([step, step], Usage(100, 0, 2.0)) == Budget(1, 0, 0.0, 7)  # never below zero
+    assert Usage(1, 2, 0.5) + Usage(3, 4, 0.25) == Usage(4, 6, 0.75)

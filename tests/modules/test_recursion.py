@@ -102,7 +102,7 @@ def test_the_rounds_share_the_runs_budget():
 def test_check_sees_every_workflow_about_to_run_without_the_conductors_step():
     program = Conductor(make_pool(), scripted_lm([SELF_LAST, NEW]), max_depth=1)
     seen = []
-    program.run_plan("q", program.plan("q"), check=lambda workflow, error: seen.append(workflow))
+    program.run_reply("q", program.ask("q"), check=lambda workflow, error: seen.append(workflow))
     assert [[s.worker for s in w.steps] for w in seen] == [[0], [1]]
 
 
@@ -125,9 +125,17 @@ def test_save_and_load_keep_max_depth_and_the_revise_prompt(tmp_path):
     program = Conductor(WorkerPool.from_config(POOL_CONFIG), fixed_lm(), max_depth=2)
     program.revise.signature = program.revise.signature.with_instructions("Keep it unless it is wrong.")
     folder = save_program(program, tmp_path / "program")
-    loaded = load_program(folder)
+    loaded = load_program(folder, trust_code=True)
     assert loaded.max_depth == 2 and loaded.revise.signature.instructions == "Keep it unless it is wrong."
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["max_depth"]  # a program saved before recursion existed
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    assert load_program(folder).max_depth == 0
+    assert load_program(folder, trust_code=True).max_depth == 0
+
+
+def test_reading_a_completion_applies_the_rules_of_its_round():
+    program = Conductor(make_pool(), max_depth=1)
+    assert program.read_completion(SELF_LAST).error is None  # round 0: a recursive round is left
+    assert program.read_completion(KEEP, depth=1).workflow == Workflow((), "")  # keep the answer
+    refused = program.read_completion(SELF_LAST, depth=1)
+    assert refused.workflow is None and "no recursive round is left (max_depth=1)" in refused.error.message

@@ -44,8 +44,7 @@ import dspy  # noqa: E402
 from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
 from conductor.modules import Conductor, WorkerPool  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
-from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer, conductor_over  # noqa: E402
-from conductor.optimizers.grpo._rollouts import _Replay  # noqa: E402
+from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
 
@@ -105,13 +104,6 @@ def test_grpo_learns_which_worker_answers_each_family(policy: ConductorLM, tmp_p
             policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
         )
 
-    def prompt(question: str) -> list[dict[str, str]]:
-        """The messages the conductor gets for ``question``, as the trainer renders them."""
-        engine = _Replay()
-        with dspy.context(lm=engine.lm(), disable_history=True):
-            conductor_over(program, pool).plan(question)
-        return engine.requests[0]
-
     evaluation = {f: [example(f, i).question for i in range(4, 8)] for f in families}  # never trained on
     sampler = constraint()
 
@@ -120,7 +112,7 @@ def test_grpo_learns_which_worker_answers_each_family(policy: ConductorLM, tmp_p
         out = {}
         for family, questions in evaluation.items():
             rows = policy.sample(
-                [prompt(q) for q in questions],
+                [program.prompt_messages(q) for q in questions],
                 SAMPLES // len(questions),
                 max_new_tokens=form.max_tokens(),
                 temperature=1.0,

@@ -23,7 +23,7 @@ class WorkflowProgram(PoolProgram):
     def forward(self, **inputs: Any) -> dspy.Prediction:
         question = self.question_text(inputs)
         if isinstance(question, RunError):
-            return self.make_prediction(RunResult(answer=None, error=question), None)
+            return self.no_answer(question)
         workflow = self.workflow_for(question)
         return self.make_prediction(self._run(workflow, question), workflow)
 

@@ -3,11 +3,12 @@
 Needs torch, transformers and peft (``pip install 'dspy-conductor[train]'``) through ``conductor.conductor_lm``.
 """
 
+from conductor.optimizers.grpo._actors import RolloutSetup
 from conductor.optimizers.grpo._checkpoint import Checkpoint, checkpoints
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import LossOutput, group_advantages, grpo_loss
 from conductor.optimizers.grpo._metrics import StepMetrics
-from conductor.optimizers.grpo._rollouts import ProcessorFactory, Rollout, conductor_over, random_pool
+from conductor.optimizers.grpo._rollouts import ProcessorFactory, Rollout, random_pool
 from conductor.optimizers.grpo._trainer import GRPOTrainer
 
 __all__ = [
@@ -17,9 +18,9 @@ __all__ = [
     "LossOutput",
     "ProcessorFactory",
     "Rollout",
+    "RolloutSetup",
     "StepMetrics",
     "checkpoints",
-    "conductor_over",
     "group_advantages",
     "grpo_loss",
     "load_config",

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from conductor.errors import ConfigError
+from conductor.errors import invalid_config
 from conductor.optimizers._rewards import RewardConfig
 
 
@@ -46,7 +46,19 @@ class GRPOConfig(pydantic.BaseModel):
     randomise_pool: bool = pydantic.Field(True, description="each example sees a random k-of-n subset, shuffled")
     min_pool_size: int = pydantic.Field(1, ge=1, description="smallest k with randomise_pool")
     max_pool_size: int | None = pydantic.Field(None, ge=1, description="largest k with randomise_pool; None: n")
-    max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="workflows executed at once")
+    max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="workflows executed at once (per shard)")
+    rollout_workers: int = pydantic.Field(
+        1,
+        ge=1,
+        description="shards of a step's examples, each sampled as one batch with its own seed; with `ray`, each in "
+        "its own actor (the shards decide what is sampled; where they run does not)",
+    )
+    ray: str | None = pydantic.Field(
+        None,
+        min_length=1,
+        description="run the rollout shards in Ray actors on the cluster at this address ('auto', 'local', "
+        "'ray://host:10001'); None: one after another in this process",
+    )
     checkpoint_every: int = pydantic.Field(1, ge=1, description="steps between checkpoints (and after the last)")
     keep_checkpoints: int = pydantic.Field(2, ge=1, description="the newest checkpoints kept; older ones are removed")
     resume: bool = pydantic.Field(False, description="continue from the newest checkpoint in output_dir")
@@ -62,9 +74,17 @@ class GRPOConfig(pydantic.BaseModel):
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what a run computes (not where it writes, how often it saves, how many threads
-        run workflows, or whether it resumes or shows a bar): a resumed run that changes one of them no longer
-        reproduces the original."""
-        ignored = {"output_dir", "checkpoint_every", "keep_checkpoints", "max_parallel_rollouts", "resume", "progress"}
+        run workflows, where the rollouts run, or whether it resumes or shows a bar): a resumed run that changes one
+        of them no longer reproduces the original."""
+        ignored = {
+            "output_dir",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "max_parallel_rollouts",
+            "ray",
+            "resume",
+            "progress",
+        }
         return self.model_dump(mode="json", exclude=ignored)
 
 
@@ -75,5 +95,4 @@ def load_config(config: GRPOConfig | Mapping[str, Any]) -> GRPOConfig:
     try:
         return GRPOConfig.model_validate(dict(config))
     except pydantic.ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid GRPO config:\n" + "\n".join(lines)) from None
+        raise invalid_config("invalid GRPO config", exc) from None

@@ -35,22 +35,22 @@ one exactly.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dspy
 import numpy as np
 import torch
-from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from conductor.conductor_lm import ConductorLM
 from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Conductor
+from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
 from conductor.optimizers._rewards import Metric
+from conductor.optimizers.grpo._actors import RayRollouts, RolloutSetup
 from conductor.optimizers.grpo._checkpoint import checkpoints, no_save_bars, read_checkpoint, write_checkpoint
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import group_advantages, grpo_loss, pad
@@ -74,6 +74,9 @@ class GRPOTrainer:
         trainset: ``dspy.Example``s with their inputs marked (``with_inputs``).
         metric: ``metric(example, prediction)``: a bool or a number in [0, 1]; ``config.reward`` makes it a reward.
         logits_processor: makes a logits processor per pool (see ``ProcessorFactory``), e.g. the workflow grammar.
+        rollout_setup: with ``config.ray``: a picklable function that builds, in each rollout actor, a
+            ``RolloutSetup`` like these arguments (the policy with the same base weights, the program, the metric and
+            the logits processor factory); the actors take the program's prompts and the policy's adapter from here.
 
     ``train()`` runs ``setup()`` first if needed; call ``cleanup()`` at the end (or use ``run()``, which does all).
     """
@@ -87,6 +90,7 @@ class GRPOTrainer:
         metric: Metric,
         *,
         logits_processor: ProcessorFactory | None = None,
+        rollout_setup: Callable[[], RolloutSetup] | None = None,
     ):
         self.config = load_config(config)
         self.policy = policy
@@ -94,6 +98,9 @@ class GRPOTrainer:
         self.trainset = list(trainset)
         self.metric = metric
         self.logits_processor = logits_processor
+        self.rollout_setup = rollout_setup
+        self.rollouts: RolloutCollector | RayRollouts | None = None
+        """Set by ``setup``: where each step's rollouts are collected."""
         self.step = 0
         """Steps completed (the next one is ``step + 1``)."""
         self.log: MetricsLog | None = None
@@ -110,13 +117,14 @@ class GRPOTrainer:
         config = self.config
         self._check()
         self.params = self.policy.trainable_parameters()
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
-        total = config.steps * config.updates_per_batch
-        warmup = math.ceil(config.warmup_ratio * total)
-        if config.schedule == "cosine":
-            self.scheduler = get_cosine_schedule_with_warmup(self.optimizer, warmup, total)
-        else:
-            self.scheduler = get_constant_schedule_with_warmup(self.optimizer, warmup)
+        self.optimizer, self.scheduler = adamw_with_warmup(
+            self.params,
+            lr=config.lr,
+            weight_decay=config.weight_decay,
+            steps=config.steps * config.updates_per_batch,
+            warmup_ratio=config.warmup_ratio,
+            schedule=config.schedule,
+        )
         history: list[dict[str, Any]] = []
         found = checkpoints(self.output_dir)
         if found and not config.resume:
@@ -132,7 +140,10 @@ class GRPOTrainer:
             self.step, history = checkpoint.step, checkpoint.metrics
         elif config.resume:
             logger.info("no checkpoint in %s: starting from step 0", self.output_dir)
-        self.rollouts = RolloutCollector(self.policy, self.program, self.metric, config, self.logits_processor)
+        if config.ray is None:
+            self.rollouts = RolloutCollector(self.policy, self.program, self.metric, config, self.logits_processor)
+        else:
+            self.rollouts = RayRollouts(self.policy, self.program, config, self.rollout_setup)
         self.log = MetricsLog(self.output_dir, config.steps, history, progress=config.progress)
 
     def _check(self) -> None:
@@ -152,6 +163,10 @@ class GRPOTrainer:
             problems.append("beta > 0 needs a LoRA policy: the reference is the base model with the adapter disabled")
         if not self.policy.trainable_parameters():
             problems.append("the policy has no trainable weights")
+        if config.ray is not None and self.rollout_setup is None:
+            problems.append(
+                "rollouts on Ray (ray=...) need rollout_setup: how each actor builds its policy and program"
+            )
         if problems:
             raise ConfigError("can't train with GRPO:\n" + "\n".join(f"  {p}" for p in problems))
 
@@ -274,22 +289,10 @@ class GRPOTrainer:
                     sums["loss"] += out.loss.item() * share
                     sums["kl"] += out.kl * len(chunk) / len(sequences)
                     sums["clip_fraction"] += out.clip_fraction * len(chunk) / len(sequences)
-                sums["grad_norm"] += self._optimizer_step()
+                sums["grad_norm"] += optimizer_step(self.optimizer, self.scheduler, self.params, config.max_grad_norm)
         finally:
             self.policy.eval()
         return {k: v / config.updates_per_batch for k, v in sums.items()}
-
-    def _optimizer_step(self) -> float:
-        """Clip, step, advance the schedule; returns the gradient norm before clipping. A step with nothing to
-        learn steps on zero gradients (AdamW's momentum still moves), as computing them would."""
-        for param in self.params:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm or math.inf)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm.item()
 
     # ---- checkpoints and the end ------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
@@ -310,7 +313,9 @@ class GRPOTrainer:
         return folder
 
     def cleanup(self) -> None:
-        """Draw the final reward curve and close the progress bar."""
+        """Stop the rollout actors, draw the final reward curve and close the progress bar."""
+        if isinstance(self.rollouts, RayRollouts):
+            self.rollouts.close()
         if self.log is not None:
             self.log.plot()
             self.log.close()

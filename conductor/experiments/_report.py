@@ -11,15 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.runner._config import BenchConfig, SimulatedPool
-from experiments.runner._plots import plot_accuracy_cost
-from experiments.runner._results import ALL, Aggregate, summarise
+from conductor.experiments._config import BenchConfig, SimulatedPool
+from conductor.experiments._plots import plot_accuracy_cost
+from conductor.experiments._results import ALL, Aggregate, summarise
 
 logger = logging.getLogger(__name__)
 
 SIMULATED_NOTE = (
-    "Every number here is SIMULATED: no model was called. Workers and tasks come from `experiments/simulated.py`, "
-    "whose accuracies, prices and lengths are ASSUMED (calibrated to the Conductor paper's averages)."
+    "Every number here is SIMULATED: no model was called. Workers and tasks come from "
+    "`conductor/experiments/simulated.py`, whose accuracies, prices and lengths are ASSUMED (calibrated to the "
+    "Conductor paper's averages)."
 )
 COLUMNS = ("n", "accuracy % [95% CI]", "$ / question", "tokens / question", "calls / question", "error rate")
 
@@ -64,7 +65,7 @@ def markdown_report(config: BenchConfig, overall: Sequence[Aggregate], per_datas
     if config.simulated:
         lines += [f"**{SIMULATED_NOTE}**", ""]
     if config.source is not None:
-        lines += [f"Reproduce: `python -m experiments run {_shown(config.source)}`", ""]
+        lines += [f"Reproduce: `conductor bench {_shown(config.source)}`", ""]
     described = ", ".join(d.describe() for d in config.datasets)
     seeds = ", ".join(map(str, config.seeds))
     lines += [f"{_pool_text(config)}; datasets: {described}; run seeds: {seeds}.", ""]

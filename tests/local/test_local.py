@@ -1,4 +1,4 @@
-"""The embedded local models: registry, cache, prompt rendering, and (slow) real generation with SmolLM2 and Gemma."""
+"""Local models: registry, cache, the chat encoding, the engine, and (slow) real generation with SmolLM2 and Gemma."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import importlib.util
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dspy
@@ -14,15 +15,18 @@ from dspy.lm15 import Config, Message, Request
 
 from conductor._files import cache_dir
 from conductor.errors import ConfigError, MissingDependency
-from conductor.modules import _local
-from conductor.modules._local import (
+from conductor.local import (
     EMBEDDED_MODELS,
-    TransformersEngine,
+    PLAIN_STOP,
+    LocalEngine,
+    _registry,
+    encode_prompt,
     load_local_model,
     local_lm,
     local_worker,
+    trainable_policy,
 )
-from conductor.modules._worker import LMWorker
+from conductor.modules import LMWorker, WorkerPool, _pool
 from tests.modules.worker_contract import WorkerContract
 
 SMOL = "smollm2-135m-instruct"
@@ -43,24 +47,24 @@ def test_registry_names_and_descriptions() -> None:
     assert set(EMBEDDED_MODELS) == {SMOL, GEMMA}
     assert EMBEDDED_MODELS[SMOL].description == "SmolLM2-135M-Instruct, a tiny local chat model"
     assert "continuing code" in EMBEDDED_MODELS[GEMMA].description
-    assert _local._source(SMOL) == SMOL
+    assert _registry.model_source(SMOL) == SMOL
 
 
 def test_unknown_model_lists_the_embedded_ones() -> None:
     with pytest.raises(ConfigError, match=SMOL):
-        TransformersEngine("no-such-model")
+        LocalEngine("no-such-model")
 
 
 def test_paths_to_a_folder_or_gguf_file_are_accepted(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     (tmp_path / "w.gguf").write_bytes(b"GGUF")
-    assert _local._source(tmp_path / "m") == str((tmp_path / "m").resolve())
-    assert _local._source(str(tmp_path / "w.gguf")) == str((tmp_path / "w.gguf").resolve())
-    assert _local._cached_folder(str(tmp_path / "m")) is None  # a transformers folder is used where it is
-    assert _local._cached_folder(str(tmp_path / "w.gguf")).name.startswith("w-")
+    assert _registry.model_source(tmp_path / "m") == str((tmp_path / "m").resolve())
+    assert _registry.model_source(str(tmp_path / "w.gguf")) == str((tmp_path / "w.gguf").resolve())
+    assert _registry._cached_folder(str(tmp_path / "m")) is None  # a transformers folder is used where it is
+    assert _registry._cached_folder(str(tmp_path / "w.gguf")).name.startswith("w-")
     with pytest.raises(ConfigError):
-        _local._source(tmp_path)  # a folder without config.json
+        _registry.model_source(tmp_path)  # a folder without config.json
 
 
 @pytest.mark.parametrize(
@@ -83,13 +87,13 @@ def test_missing_weights_package_says_how_to_install_it(
 
 def test_unknown_dtype_fails_before_loading() -> None:
     with pytest.raises(ConfigError, match="bfloat16"):
-        TransformersEngine(SMOL, dtype="int8")
+        LocalEngine(SMOL, dtype="int8")
 
 
 def test_missing_torch_points_at_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     _hide_modules(monkeypatch, "torch")
     with pytest.raises(MissingDependency, match=r"pip install 'dspy-conductor\[local\]'"):
-        TransformersEngine(SMOL)
+        LocalEngine(SMOL)
 
 
 # --- prompt rendering (fake tokenizers) ---------------------------------------------------------------------------
@@ -116,27 +120,47 @@ class _ChatTokenizer(_PlainTokenizer):
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
 
 
+def _chat(*turns: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"role": role, "content": text} for role, text in turns]
+
+
 def test_plain_text_rendering_without_a_chat_template() -> None:
     tokenizer = _PlainTokenizer()
-    turns = [("user", "2+2?"), ("assistant", "4"), ("user", "3+3?")]
-    ids = _local.prompt_ids(tokenizer, "Be brief.", turns)
+    ids = encode_prompt(
+        tokenizer, _chat(("system", "Be brief."), ("user", "2+2?"), ("assistant", "4"), ("user", "3+3?"))
+    )
     text = "Be brief.\n\nQuestion: 2+2?\n\nAnswer: 4\n\nQuestion: 3+3?\n\nAnswer:"
     assert tokenizer.texts == [text]
     assert ids == [0, *map(ord, text)]  # the BOS is added for plain text
-    assert _local.prompt_ids(_PlainTokenizer(), None, [("user", "hi")]) == [0, *map(ord, "Question: hi\n\nAnswer:")]
+    assert encode_prompt(_PlainTokenizer(), _chat(("user", "hi"))) == [0, *map(ord, "Question: hi\n\nAnswer:")]
+    assert PLAIN_STOP == "\n\nQuestion:"
 
 
 def test_chat_template_rendering() -> None:
     tokenizer = _ChatTokenizer()
-    ids = _local.prompt_ids(tokenizer, "S", [("user", "q")])
+    ids = encode_prompt(tokenizer, _chat(("system", "S"), ("user", "q")))
     assert tokenizer.texts == ["<system>S<user>q<assistant>"]
     assert ids == list(map(ord, "<system>S<user>q<assistant>"))  # the template carries its own special tokens
 
 
-def test_count_tokens_maps_messages_like_lm_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = TransformersEngine(SMOL)
+def test_roles_map_to_system_user_and_assistant() -> None:
+    """Developer messages join the system prompt; any role but assistant (a tool result) is a user turn."""
     tokenizer = _ChatTokenizer()
-    monkeypatch.setattr(engine, "_loaded", lambda: _local._Loaded(None, tokenizer, threading.Lock()))
+    messages = _chat(("developer", "D"), ("system", "S"), ("user", "q"), ("assistant", "a"), ("tool", "t"))
+    encode_prompt(tokenizer, messages)
+    assert tokenizer.texts == ["<system>D\n\nS<user>q<assistant>a<user>t<assistant>"]
+
+
+def test_raw_text_and_token_ids_pass_through() -> None:
+    tokenizer = _PlainTokenizer()
+    assert encode_prompt(tokenizer, "ab") == [ord("a"), ord("b")]  # raw text gets no special tokens
+    assert encode_prompt(tokenizer, [5, 6]) == [5, 6]
+
+
+def test_count_tokens_maps_messages_like_lm_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = LocalEngine(SMOL)
+    tokenizer = _ChatTokenizer()
+    monkeypatch.setattr(engine, "_model", SimpleNamespace(encode=lambda prompt: encode_prompt(tokenizer, prompt)))
     messages = [
         {"role": "system", "content": "A"},
         {"role": "system", "content": "B"},
@@ -146,9 +170,6 @@ def test_count_tokens_maps_messages_like_lm_worker(monkeypatch: pytest.MonkeyPat
     assert engine.count_tokens(messages) == len("<system>A\n\nB<user>q<assistant>a<assistant>")
 
 
-# --- the cache folder is written atomically -----------------------------------------------------------------------
-
-
 # --- DSPy wiring and saving (no weights: the engine loads lazily) ----------------------------------------------
 
 
@@ -156,19 +177,29 @@ def test_engine_state_round_trips_through_dspy_lm() -> None:
     lm = local_lm(SMOL, dtype="bfloat16")
     assert lm.model == f"local/{SMOL}"
     state = lm.dump_state()
-    assert state["engine"]["class"] == "conductor.modules._local:TransformersEngine"
+    assert state["engine"]["class"] == "conductor.local._engine:LocalEngine"
     loaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
-    assert isinstance(loaded.engine, TransformersEngine)
+    assert isinstance(loaded.engine, LocalEngine)
     assert (
         loaded.engine.dump_state()
         == lm.engine.dump_state()
-        == {
-            "model": SMOL,
-            "dtype": "bfloat16",
-            "max_tokens": 256,
-            "num_threads": None,
-        }
+        == {"model": SMOL, "dtype": "bfloat16", "num_threads": None, "temperature": 0.0, "max_tokens": 256}
     )
+
+
+def test_a_frozen_local_model_is_no_trainable_policy() -> None:
+    assert trainable_policy(local_lm(SMOL)) is None  # and nothing is loaded to find out
+    assert trainable_policy(dspy.LM("openai/gpt-4o-mini")) is None
+    assert trainable_policy(None) is None
+
+
+def test_pool_configs_build_local_workers_through_the_registered_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {"workers": [{"name": "g", "kind": "local", "model": GEMMA, "max_tokens": 32}]}
+    (worker,) = WorkerPool.from_config(config)
+    assert isinstance(worker, LMWorker) and worker.lm.model == f"local/{GEMMA}" and worker.max_tokens == 32
+    monkeypatch.setattr(_pool, "_WORKER_KINDS", {})
+    with pytest.raises(ConfigError, match="kind 'local'"):
+        WorkerPool.from_config(config)
 
 
 def test_local_worker_is_an_lm_worker() -> None:
@@ -249,7 +280,7 @@ def test_smollm2_concurrent_calls_agree(smol: LMWorker) -> None:
 @pytest.mark.slow
 def test_smollm2_engine_state_round_trip_generates_the_same(smol: LMWorker) -> None:
     engine = smol.lm.engine
-    again = TransformersEngine.load_state(engine.dump_state())
+    again = LocalEngine.load_state(engine.dump_state())
     request = _request(smol, "What is the capital of France?", max_tokens=8, temperature=0)
     assert again.complete(request).text == engine.complete(request).text
 
@@ -260,7 +291,7 @@ def test_smollm2_cached_folder_is_reused(smol: LMWorker) -> None:
     assert (folder / "config.json").is_file()
     assert (folder / "model.safetensors").is_file()
     assert not [p for p in folder.parent.iterdir() if p.name.endswith(".partial")]
-    loaded = smol.lm.engine._loaded()
+    loaded = smol.lm.engine.model
     model, tokenizer = load_local_model(SMOL)
     assert model is loaded.model and tokenizer is loaded.tokenizer  # one load per process
     started = time.perf_counter()
@@ -279,7 +310,7 @@ def test_smollm2_loads_per_dtype(smol: LMWorker) -> None:
     model, _ = load_local_model(SMOL, dtype=torch.bfloat16)
     assert model.dtype == torch.bfloat16
     assert load_local_model(SMOL, dtype="bfloat16")[0] is model
-    assert smol.lm.engine._loaded().model.dtype == torch.float32
+    assert smol.lm.engine.model.model.dtype == torch.float32
 
 
 @pytest.mark.slow

@@ -1,13 +1,13 @@
 """The experiment runner: methods x datasets x seeds from one YAML config, resumable, with a report.
 
-``conductor bench CONFIG`` and ``python -m experiments run CONFIG`` run it; from Python::
+``conductor bench CONFIG`` runs it; from Python::
 
     config = load_config("experiments/configs/simulated_controlled.yaml")
     records = run_benchmark(config)         # one record per (method, dataset, seed, example), resumable
     write_report(config, records)           # results.json, table.md, plot.png in config.output
 """
 
-from experiments.runner._config import (
+from conductor.experiments._config import (
     DATASETS,
     METHODS,
     BenchConfig,
@@ -18,10 +18,10 @@ from experiments.runner._config import (
     load_config,
     validate_config,
 )
-from experiments.runner._plots import plot_accuracy_cost
-from experiments.runner._report import markdown_report, write_report
-from experiments.runner._results import ALL, Aggregate, aggregate, summarise, wilson_interval
-from experiments.runner._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
+from conductor.experiments._plots import plot_accuracy_cost
+from conductor.experiments._report import markdown_report, write_report
+from conductor.experiments._results import ALL, Aggregate, aggregate, summarise, wilson_interval
+from conductor.experiments._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
 
 __all__ = [
     "ALL",

@@ -21,8 +21,8 @@ from itertools import islice
 import dspy
 
 from conductor.errors import ConfigError
-from experiments.datasets._cache import Package, fetch
-from experiments.datasets._example import make_example
+from conductor.experiments.datasets._cache import Package, fetch
+from conductor.experiments.datasets._example import make_example
 
 REASONING_GYM = Package("reasoning-gym", "0.1.25", "reasoning_gym-0.1.25-py3-none-any.whl")
 

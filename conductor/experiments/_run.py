@@ -1,5 +1,6 @@
-"""Running a config: every (method, dataset, seed, example) is a unit, run on a thread pool and recorded as one line
-of ``results.jsonl`` as soon as it finishes, so a killed run resumes where it stopped.
+"""Running a config: every (method, dataset, seed, example) is a unit, run on a thread pool (or, with ``ray``, in one
+actor per CPU of a Ray cluster) and recorded as one line of ``results.jsonl`` as soon as it finishes, so a killed run
+resumes where it stopped.
 
 A unit never crashes the run: whatever its program or metric raises is recorded as that unit's failure
 (``correct = 0``, ``error_kind = "exception"``), next to the run errors the executor reports itself (a worker that
@@ -24,12 +25,12 @@ import dspy
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from conductor._ray import ONE_THREAD, connect, cpus
 from conductor.errors import ConductorError, ConfigError
-from conductor.modules import WorkerPool
-from conductor.modules._program import PoolProgram
-from experiments.datasets import example_id
-from experiments.datasets._dispatch import Metric
-from experiments.runner._config import BenchConfig
+from conductor.experiments._config import BenchConfig
+from conductor.experiments.datasets import example_id
+from conductor.experiments.datasets._dispatch import Metric
+from conductor.modules import PoolProgram, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +141,7 @@ def run_unit(unit: Unit, program: PoolProgram, example: dspy.Example, metric: Me
 @dataclass(frozen=True)
 class _Job:
     unit: Unit
-    program: PoolProgram
     example: dspy.Example
-    metric: Metric
     fingerprint: str
 
 
@@ -180,11 +179,9 @@ def _build_programs(config: BenchConfig) -> tuple[dict[tuple[str, int], PoolProg
     return programs, pools
 
 
-def _jobs(config: BenchConfig) -> tuple[list[_Job], list[WorkerPool]]:
-    """Every unit of the config, example by example so that a partial run covers every method alike, and the pools
-    they run on (to close)."""
+def _jobs(config: BenchConfig) -> list[_Job]:
+    """Every unit of the config, example by example so that a partial run covers every method alike."""
     examples = _load_datasets(config)
-    programs, pools = _build_programs(config)
     jobs = []
     for seed in config.seeds:
         for dataset in config.datasets:
@@ -192,10 +189,73 @@ def _jobs(config: BenchConfig) -> tuple[list[_Job], list[WorkerPool]]:
             fingerprints = {m.name: config.fingerprint(m, dataset) for m in config.methods}
             for eid, example in zip(unique_ids(data), data, strict=True):
                 for method in config.methods:
-                    unit = Unit(method.name, dataset.label, seed, eid)
-                    program = programs[method.name, seed]
-                    jobs.append(_Job(unit, program, example, dataset.metric, fingerprints[method.name]))
-    return jobs, pools
+                    jobs.append(_Job(Unit(method.name, dataset.label, seed, eid), example, fingerprints[method.name]))
+    return jobs
+
+
+class UnitRunner:
+    """Runs units of ``config``: every method's program built once per seed, each unit scored by its dataset's
+    metric. In this process for a thread pool, or in each Ray actor (built there from the config, so models load in
+    the process that runs them)."""
+
+    def __init__(self, config: BenchConfig):
+        self.programs, self.pools = _build_programs(config)
+        self.metrics = {dataset.label: dataset.metric for dataset in config.datasets}
+
+    def run(self, unit: Unit, example: dspy.Example) -> dict[str, Any]:
+        return run_unit(unit, self.programs[unit.method, unit.seed], example, self.metrics[unit.dataset])
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
+
+
+def _run_on_threads(config: BenchConfig, pending: list[_Job]) -> Iterator[dict[str, Any]]:
+    """The records of ``pending``, as they finish, ``config.threads`` at once in this process."""
+    runner = UnitRunner(config)
+    executor = ThreadPoolExecutor(config.threads, thread_name_prefix="bench")
+    try:
+        futures = [
+            executor.submit(contextvars.copy_context().run, runner.run, job.unit, job.example) for job in pending
+        ]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)  # on an interrupt: stop at once, lose only units in flight
+        runner.close()
+
+
+class _RayUnitRunner(UnitRunner):
+    """A ``UnitRunner`` as a Ray actor: a config the pool can't run is reported by ``problem``, not by a dead actor."""
+
+    def __init__(self, config: BenchConfig):
+        self.problem: str | None = None
+        try:
+            super().__init__(config)
+        except ConductorError as exc:
+            self.problem = str(exc)
+
+    def check(self) -> str | None:
+        return self.problem
+
+
+def _run_on_ray(config: BenchConfig, pending: list[_Job]) -> Iterator[dict[str, Any]]:
+    """The records of ``pending``, as they finish, in one actor per CPU of the Ray cluster at ``config.ray`` (each
+    running ``config.threads`` units at once); a unit goes to the next actor with a free thread."""
+    ray = connect(config.ray)
+    from ray.util import ActorPool
+
+    remote = ray.remote(_RayUnitRunner).options(**ONE_THREAD, max_concurrency=config.threads)
+    actors = [remote.remote(config) for _ in range(min(cpus(ray), len(pending)))]
+    try:
+        problem = next(filter(None, ray.get([actor.check.remote() for actor in actors])), None)
+        if problem is not None:
+            raise ConfigError(problem)
+        slots = ActorPool([actor for actor in actors for _ in range(config.threads)])
+        yield from slots.map_unordered(lambda actor, job: actor.run.remote(job.unit, job.example), pending)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
 
 
 @contextmanager
@@ -225,34 +285,24 @@ def run_benchmark(config: BenchConfig, *, fresh: bool = False, progress: bool = 
     and return the records of every unit, in the config's order.
 
     A record counts as done only if it was made with the same pool, method and dataset settings (its
-    ``fingerprint``); others are recomputed. Models load once per process; ``config.threads`` units run at once.
+    ``fingerprint``); others are recomputed. Models load once per process; ``config.threads`` units run at once
+    (per actor with ``config.ray``: a unit's record is the same wherever it runs).
     """
     store = ResultsFile(config.output / RESULTS_FILE)
     if fresh:
         store.clear()
-    jobs, pools = _jobs(config)
+    jobs = _jobs(config)
     current = {job.unit.key: job.fingerprint for job in jobs}
     results = {record_key(r): r for r in store.read() if current.get(record_key(r)) == r.get("fingerprint")}
     pending = [job for job in jobs if job.unit.key not in results]
     logger.info("%d units: %d already recorded, %d to run", len(jobs), len(jobs) - len(pending), len(pending))
     started = time.perf_counter()
-    executor = ThreadPoolExecutor(config.threads, thread_name_prefix="bench")
-    try:
-        with _progress(len(jobs), len(jobs) - len(pending), progress) as advance:
-            futures = {
-                executor.submit(
-                    contextvars.copy_context().run, run_unit, job.unit, job.program, job.example, job.metric
-                ): job
-                for job in pending
-            }
-            for future in as_completed(futures):
-                record = {**future.result(), "fingerprint": futures[future].fingerprint}
-                store.append(record)
-                results[record_key(record)] = record
-                advance(record)
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)  # on an interrupt: stop at once, lose only units in flight
-        for pool in pools:
-            pool.close()
+    run = _run_on_ray if config.ray is not None and pending else _run_on_threads
+    with _progress(len(jobs), len(jobs) - len(pending), progress) as advance:
+        for finished in run(config, pending):
+            record = {**finished, "fingerprint": current[record_key(finished)]}
+            store.append(record)
+            results[record_key(record)] = record
+            advance(record)
     logger.info("ran %d units in %.1f s", len(pending), time.perf_counter() - started)
     return [results[job.unit.key] for job in jobs]

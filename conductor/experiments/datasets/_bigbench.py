@@ -16,9 +16,9 @@ from typing import Any
 import dspy
 
 from conductor.errors import ConfigError
-from experiments.datasets._cache import Package, extract_tree
-from experiments.datasets._example import make_example
-from experiments.datasets._metrics import answer_text, choice_index, exact_match, format_options
+from conductor.experiments.datasets._cache import Package, extract_tree
+from conductor.experiments.datasets._example import make_example
+from conductor.experiments.datasets._metrics import answer_text, choice_index, exact_match, format_options
 
 BIGBENCH = Package(
     "bigbench",

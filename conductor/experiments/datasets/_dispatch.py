@@ -8,10 +8,10 @@ from typing import Any
 import dspy
 
 from conductor.errors import ConfigError
-from experiments.datasets._bigbench import bigbench_metric
-from experiments.datasets._gsm8k import gsm8k_metric
-from experiments.datasets._humaneval import humaneval_metric
-from experiments.datasets._mmlu import mmlu_metric
+from conductor.experiments.datasets._bigbench import bigbench_metric
+from conductor.experiments.datasets._gsm8k import gsm8k_metric
+from conductor.experiments.datasets._humaneval import humaneval_metric
+from conductor.experiments.datasets._mmlu import mmlu_metric
 
 Metric = Callable[..., float]
 

@@ -1,4 +1,5 @@
-"""Batched sampling with the log-probs of the sampling policy, and teacher-forced log-probs for GRPO.
+"""The one place that calls a model's ``generate``: batched sampling with the log-probs of the sampling policy, and
+teacher-forced log-probs for GRPO. ``LocalModel`` is the way in; this module needs torch and transformers.
 
 The log-probs of a sampled token are read from the very scores ``generate`` samples from (after any custom logits
 processor, temperature and top-p), by a recorder that runs last in the processor list. It keeps only one step's
@@ -9,8 +10,7 @@ hold about 50 GB for 256 rollouts of 1,024 tokens over SmolLM2's 49K vocabulary)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -20,61 +20,14 @@ from transformers import (
     StoppingCriteria,
     StoppingCriteriaList,
     TemperatureLogitsWarper,
+    TopKLogitsWarper,
     TopPLogitsWarper,
 )
 
 from conductor.errors import ConductorError
-from conductor.modules._local import prompt_ids
+from conductor.local._model import LogitsProcessorLike, Sample
 
 logger = logging.getLogger(__name__)
-
-Prompt = str | Sequence[Mapping[str, str]] | Sequence[int]
-"""Raw text that the model continues as is (no special tokens added), OpenAI-style chat messages that are rendered
-with the tokenizer's chat template (or the plain ``Question:/Answer:`` format when it has none), or token ids."""
-
-LogitsProcessorLike = LogitsProcessor | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sampled completion: its text, token ids, and each token's log-prob under the sampling policy.
-
-    ``token_ids`` include the end-of-sequence token when the model produced one (a policy must learn to stop), and
-    ``logprobs`` has one entry per token id. ``text`` is decoded without special tokens and cut at a stop string.
-
-    In float32 ``logprobs`` equal ``sequence_logprobs`` to about 1e-5. In bfloat16 they differ by up to about 0.2
-    (cached incremental decoding against one full pass), so a GRPO trainer on a bf16 base should take its old-policy
-    log-probs from ``sequence_logprobs`` rather than from here.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    prompt_ids: tuple[int, ...]
-    finish_reason: Literal["stop", "length"]
-
-    @property
-    def logprob(self) -> float:
-        """The completion's total log-prob."""
-        return float(sum(self.logprobs))
-
-
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
-    """Token ids of a prompt: raw text as is, chat messages rendered exactly as ``TransformersEngine`` renders them,
-    token ids unchanged."""
-    if isinstance(prompt, str):
-        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    if hasattr(prompt, "tolist"):
-        prompt = prompt.tolist()
-    if prompt and isinstance(prompt[0], int):
-        return list(prompt)
-    system = "\n\n".join(m["content"] for m in prompt if m["role"] in ("system", "developer")) or None
-    turns = [
-        ("assistant" if m["role"] == "assistant" else "user", m["content"])
-        for m in prompt
-        if m["role"] not in ("system", "developer")
-    ]
-    return list(prompt_ids(tokenizer, system, turns))
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -185,12 +138,14 @@ def generate_samples(
     max_new_tokens: int,
     temperature: float | None,
     top_p: float = 1.0,
+    top_k: int = 0,
     seed: int | None = None,
     logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None = None,
     stop: Sequence[str] = (),
     batch_size: int | None = None,
 ) -> list[list[Sample]]:
-    """``n`` samples for each tokenised prompt; ``temperature`` 0 or ``None`` decodes greedily.
+    """``n`` samples for each tokenised prompt; ``temperature`` 0 or ``None`` decodes greedily, ``top_k`` 0 keeps
+    every token.
 
     With ``n > 1`` each prompt's ``n`` rows share one pass over the prompt (its cache computed once and repeated,
     as ``sequence_logprobs`` does), in batches of at most ``batch_size`` rows; with ``n == 1`` the prompts run in
@@ -201,6 +156,8 @@ def generate_samples(
         raise ValueError(f"n and max_new_tokens must be at least 1, got n={n}, max_new_tokens={max_new_tokens}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be 0 (off) or positive, got {top_k}")
     if any(len(p) == 0 for p in prompts):
         raise ConductorError("a prompt has no tokens")
     greedy = temperature is None or temperature <= 0
@@ -219,7 +176,7 @@ def generate_samples(
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
     }
-    if not greedy:  # temperature and top-p are applied by our own warpers, before the recorder
+    if not greedy:  # temperature, top-k and top-p are applied by our own warpers, before the recorder
         options |= {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None}
     samples: list[Sample] = []
     was_training = model.training
@@ -234,6 +191,8 @@ def generate_samples(
                 processors = LogitsProcessorList(_processors(logits_processor))
                 if not greedy and temperature != 1.0:
                     processors.append(TemperatureLogitsWarper(float(temperature)))
+                if not greedy and top_k > 0:
+                    processors.append(TopKLogitsWarper(top_k))
                 if not greedy and top_p < 1.0:
                     processors.append(TopPLogitsWarper(top_p))
                 processors.append(recorder)

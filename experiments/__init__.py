@@ -1,1 +1,0 @@
-"""Experiments: benchmark data, baselines, runners and reports that measure the library."""
