@@ -41,6 +41,10 @@ class ScriptedEngine:
         self._respond = _responder(script)
         self.prompts: list[str] = []
 
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Prompt tokens of OpenAI-style ``messages``, counted as ``complete`` counts them (words)."""
+        return sum(len(m["content"].split()) for m in messages)
+
     def complete(self, request: Request) -> Response:
         system = request.system if isinstance(request.system, str) else ""
         prompt = "\n\n".join([system, *(m.text or "" for m in request.messages)])

@@ -301,7 +301,7 @@ class _Runner:
                 entry.workflow = workflow.to_text()
                 _check_workers(program.pool, caller.key, workflow, format_error)
 
-            reply = program.ask(question)
+            reply = program.ask(question, budget=budget)
             prediction = program.run_reply(question, reply, executor=caller.executor, budget=budget, check=check)
             return prediction
         finally:
@@ -349,8 +349,10 @@ def _record(entry: AuditEntry, prediction: dspy.Prediction) -> None:
 
 
 def _result(prediction: dspy.Prediction) -> RunResult:
-    """The run behind ``prediction``, for its token and cost totals and splits."""
-    return RunResult(prediction.response, prediction.trace, prediction.error, prediction.workflow)
+    """The run behind ``prediction``, for its token and cost totals (the conductor's own included) and splits."""
+    return RunResult(
+        prediction.response, prediction.trace, prediction.error, prediction.workflow, prediction.conductor_usage
+    )
 
 
 async def _read_body(request: Any, limit: int) -> bytes:
@@ -465,6 +467,7 @@ def _completion(
             "cost": result.cost,
             "cost_by_step": result.cost_by_step(),
             "cost_by_worker": result.cost_by_worker(),
+            "conductor_usage": dataclasses.asdict(result.conductor_usage),
             "latency_s": elapsed_s,
             "budget": dataclasses.asdict(budget),
             "error": dataclasses.asdict(error) if error is not None else None,

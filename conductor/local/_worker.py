@@ -23,7 +23,7 @@ def local_worker(
     engine = lm.engine
     embedded = EMBEDDED_MODELS.get(engine.source)
     worker_kwargs.setdefault("description", embedded.description if embedded else f"local model {engine.source}")
-    return LMWorker(name or lm.model.removeprefix("local/"), lm, token_counter=engine.count_tokens, **worker_kwargs)
+    return LMWorker(name or lm.model.removeprefix("local/"), lm, **worker_kwargs)
 
 
 register_worker_kind("local", lambda spec, options: local_worker(spec.model, name=spec.name, **options))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,13 +19,15 @@ from typing import Any, NamedTuple
 import dspy
 import pydantic
 from dspy.utils.exceptions import AdapterParseError
+from dspy.utils.usage_tracker import UsageTracker, track_usage
 
 from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid_config
 from conductor.modules._config import ConductorConfig, named_role
-from conductor.modules._executor import Budget, Executor, RunError, RunResult
+from conductor.modules._executor import Budget, Executor, RunError, RunResult, Usage
 from conductor.modules._pool import WorkerPool
 from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
 from conductor.modules._prompts import WorkflowAdapter
+from conductor.modules._worker import Price, lm_price, prompt_tokens
 from conductor.modules._workflow import Limits, Step, Workflow
 from conductor.signatures import Orchestrate, Revise
 
@@ -39,11 +42,13 @@ SELF_DESCRIPTION = (
 
 
 class ConductorReply(NamedTuple):
-    """The conductor's completion for one round, read: a runnable workflow, or ``None`` and the format ``error``."""
+    """The conductor's completion for one round, read: a runnable workflow, or ``None`` and the ``error`` (a format
+    error, or a budget too small for the conductor's own call), and what the conductor LM spent writing it."""
 
     workflow: Workflow | None
     text: str
     error: RunError | None
+    usage: Usage = Usage()
 
 
 AskRevision = Callable[[str, Workflow, dspy.Prediction, int], ConductorReply]
@@ -129,7 +134,7 @@ class Conductor(PoolProgram):
         question = self.question_text(inputs)
         if isinstance(question, RunError):
             return self.no_answer(question)
-        return self.run_reply(question, self.ask(question))
+        return self.run_reply(question, self.ask(question, budget=self.executor.budget))
 
     # ---- what the conductor LM sees, and how its completion is read ---------------------------------------------
     def prompt_messages(self, question: str) -> list[dict[str, str]]:
@@ -175,15 +180,18 @@ class Conductor(PoolProgram):
         return found
 
     # ---- asking the conductor LM --------------------------------------------------------------------------------
-    def ask(self, question: str) -> ConductorReply:
+    def ask(self, question: str, *, budget: Budget | None = None) -> ConductorReply:
         """The first round: ``prompt_messages`` go to the conductor LM through the ``orchestrate`` predictor, and
-        ``read_completion`` reads what it writes."""
-        return self._ask(self.orchestrate, 0, self._inputs(0, question=question))
+        ``read_completion`` reads what it writes. Within ``budget``, the conductor's own call may write only what
+        the run's token and cost limits leave (see ``_ask``)."""
+        return self._ask(self.orchestrate, 0, self._inputs(0, question=question), budget)
 
-    def ask_revision(self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int) -> ConductorReply:
+    def ask_revision(
+        self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int, *, budget: Budget | None = None
+    ) -> ConductorReply:
         """Recursive round ``depth`` (1 the first), through the ``revise`` predictor: the conductor sees its
         ``workflow`` and the ``previous`` round's answer; an empty workflow keeps that answer."""
-        return self._ask(self.revise, depth, self._revision_inputs(question, workflow, previous, depth))
+        return self._ask(self.revise, depth, self._revision_inputs(question, workflow, previous, depth), budget)
 
     def _inputs(self, depth: int, **fields: Any) -> dict[str, Any]:
         """The predictor's inputs in round ``depth``: ``fields`` and what every round shows (workers, roles, steps)."""
@@ -205,15 +213,28 @@ class Conductor(PoolProgram):
         """What ``predictor`` sends for ``inputs``: its signature and demos, formatted as ``_ask`` formats them."""
         return WorkflowAdapter().format(predictor.signature, predictor.demos, inputs)
 
-    def _ask(self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any]) -> ConductorReply:
+    def _ask(
+        self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any], budget: Budget | None
+    ) -> ConductorReply:
         """Call the conductor LM through ``predictor`` (so DSPy traces, callbacks, demos and instructions apply) and
         read its completion for round ``depth``. Every predictor uses the LM and sampling settings of
-        ``orchestrate``."""
+        ``orchestrate``. The call's tokens and cost are the reply's ``usage``: they count in the run's budget like
+        any step's, so under ``budget`` the call may write no more than its limits leave, and one that can't fit (or
+        can't be priced under a cost limit) is not made."""
+        lm = self.orchestrate.lm or dspy.settings.lm
+        config = dict(self.orchestrate.config)
+        price = lm_price(lm) if lm is not None else None
+        if lm is not None and budget is not None:
+            limit = _output_limit(lm, price, self._messages(predictor, inputs), budget, config)
+            if isinstance(limit, RunError):
+                return ConductorReply(None, "", limit)
+            if limit is not None:
+                config["max_tokens"] = limit
         adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
         # On unreadable text the adapter raises, having kept the completion: read_completion reports the problems.
-        with dspy.context(adapter=adapter), contextlib.suppress(AdapterParseError):
-            predictor(**inputs, lm=self.orchestrate.lm, config=self.orchestrate.config)
-        return self.read_completion(adapter.completion, depth)
+        with track_usage() as tracker, dspy.context(adapter=adapter), contextlib.suppress(AdapterParseError):
+            predictor(**inputs, lm=self.orchestrate.lm, config=config)
+        return self.read_completion(adapter.completion, depth)._replace(usage=_usage(tracker, price))
 
     def _workers_text(self, depth: int) -> str:
         """The worker list the conductor sees in round ``depth``: the pool, and itself while a round is left."""
@@ -240,24 +261,32 @@ class Conductor(PoolProgram):
         """
         executor = executor or self.executor
         budget = budget or executor.budget
-        ask_revision = ask_revision or self.ask_revision
-        to_run = reply.workflow or self.fallback_workflow()
+        unusable = reply.error is not None and reply.error.kind == "format"
+        to_run = reply.workflow or (self.fallback_workflow() if unusable else None)
         if to_run is None:
-            first = self.no_answer(reply.error, reply.text)
+            first = self.no_answer(reply.error, reply.text, reply.usage)
         else:
-            result = self._execute(to_run, question, executor, budget, check, reply.error)
+            result = self._execute(to_run, question, executor, budget, check, reply.error, reply.usage)
             if reply.error is not None:
                 result.error = reply.error  # the fallback answered, but the conductor's own workflow was unusable
             first = self.make_prediction(result, result.workflow, reply.text)
-        rounds = [first]
+        rounds, used = [first], reply.usage
         while self._calls_itself(reply.workflow):
-            reply = ask_revision(question, reply.workflow, rounds[-1], len(rounds))
-            spent = [step for done in rounds for step in done.trace]
-            rounds.append(self._revision(question, reply, rounds[-1], executor, budget.remaining(spent), check))
+            left = budget.remaining([step for done in rounds for step in done.trace], conductor_usage=used)
+            depth = len(rounds)
+            if ask_revision is None:
+                reply = self.ask_revision(question, reply.workflow, rounds[-1], depth, budget=left)
+            else:
+                reply = ask_revision(question, reply.workflow, rounds[-1], depth)
+            rounds.append(self._revision(question, reply, rounds[-1], executor, left, check))
+            used += reply.usage
         last = rounds[-1]
         steps = [step for done in rounds for step in done.trace]
         return self.make_prediction(
-            RunResult(last.response, steps, last.error), last.workflow, first.conductor_text, rounds
+            RunResult(last.response, steps, last.error, conductor_usage=used),
+            last.workflow,
+            first.conductor_text,
+            rounds,
         )
 
     def _calls_itself(self, workflow: Workflow | None) -> bool:
@@ -271,13 +300,15 @@ class Conductor(PoolProgram):
         budget: Budget,
         check: Check | None,
         format_error: RunError | None = None,
+        conductor_usage: Usage = Usage(),
     ) -> RunResult:
-        """Run ``workflow``'s worker steps (all but a last step naming the conductor)."""
+        """Run ``workflow``'s worker steps (all but a last step naming the conductor), counting from what the
+        conductor spent writing it."""
         if self._calls_itself(workflow):
             workflow = Workflow(workflow.steps[:-1], workflow.reasoning)
         if check is not None:
             check(workflow, format_error)
-        return executor.run(workflow, question, budget)
+        return executor.run(workflow, question, budget, conductor_usage=conductor_usage)
 
     def _revision(
         self,
@@ -295,11 +326,12 @@ class Conductor(PoolProgram):
         elif not reply.workflow.steps:
             steps, error = [], previous.error
         else:
-            result = self._execute(reply.workflow, question, executor, budget, check)
+            result = self._execute(reply.workflow, question, executor, budget, check, conductor_usage=reply.usage)
             if result.answer is not None:
                 return self.make_prediction(result, result.workflow, reply.text)
             steps, error = result.steps, result.error
-        return self.make_prediction(RunResult(previous.response, steps, error), previous.workflow, reply.text)
+        result = RunResult(previous.response, steps, error, conductor_usage=reply.usage)
+        return self.make_prediction(result, previous.workflow, reply.text)
 
     def save(
         self, path: str | os.PathLike[str], save_program: bool = False, modules_to_serialize: list | None = None
@@ -319,3 +351,40 @@ class Conductor(PoolProgram):
         if self.fallback == "none":
             return None
         return Workflow((Step(0, DIRECT_SUBTASK, ()),))
+
+
+def _output_limit(
+    lm: dspy.BaseLM, price: Price | None, messages: list[dict[str, str]], budget: Budget, config: dict[str, Any]
+) -> int | RunError | None:
+    """The most tokens the conductor's own call may write within ``budget`` (``None``: no limit applies), or the
+    ``budget`` error why it can't be made at all."""
+    if budget.max_tokens is None and budget.max_cost is None:
+        return None
+    if budget.max_cost is not None and price is None:
+        return RunError(
+            "budget",
+            f"the conductor LM {lm.model!r} has no known price (litellm's cost map doesn't list it), so it can't run "
+            f"under a cost budget of ${budget.max_cost:g}",
+        )
+    prompt = prompt_tokens(lm, messages)
+    limit = config.get("max_tokens") or lm.kwargs.get("max_tokens") or math.inf
+    if budget.max_tokens is not None:
+        limit = min(limit, budget.max_tokens - prompt)
+    if budget.max_cost is not None and price is not None:
+        left = budget.max_cost - price.cost(prompt, 0)
+        if price.output_per_1k > 0:
+            limit = min(limit, math.floor(max(left, 0) * 1000 / price.output_per_1k))
+        elif left < 0:
+            limit = 0
+    if limit < 1:
+        return RunError("budget", f"the conductor's own call ({prompt} prompt tokens) doesn't fit the budget {budget}")
+    return None if limit == math.inf else int(limit)
+
+
+def _usage(tracker: UsageTracker, price: Price | None) -> Usage:
+    """What the conductor LM's calls recorded in ``tracker`` spent (an unknown price counts as $0: only runs without
+    a cost budget get that far)."""
+    totals = tracker.get_total_tokens().values()
+    prompt = sum(int(t.get("prompt_tokens") or 0) for t in totals)
+    completion = sum(int(t.get("completion_tokens") or 0) for t in totals)
+    return Usage(prompt, completion, price.cost(prompt, completion) if price is not None else 0.0)

@@ -15,7 +15,7 @@ import dspy
 
 from conductor.errors import ConfigError
 from conductor.modules._answer import extract_answer
-from conductor.modules._executor import Budget, Executor, RunError, RunResult
+from conductor.modules._executor import Budget, Executor, RunError, RunResult, Usage
 from conductor.modules._pool import WorkerPool
 from conductor.modules._workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
@@ -38,9 +38,10 @@ class PoolProgram(dspy.Module):
     """Base of the programs that run workflows over ``pool`` to answer ``signature``.
 
     Every such program returns a ``dspy.Prediction`` with the user's output field(s) (read from the last step's
-    response by ``extract_answer``), ``workflow``, ``trace`` (one ``StepTrace`` per step), ``tokens``, ``cost``,
-    ``response`` (the raw answer text), ``conductor_text`` (``""`` without a conductor), ``rounds`` (the conductor's
-    rounds, ``[]`` without a conductor) and ``error`` (a ``RunError`` or ``None``).
+    response by ``extract_answer``), ``workflow``, ``trace`` (one ``StepTrace`` per step), ``tokens`` and ``cost``
+    (every step's and the conductor LM's own), ``response`` (the raw answer text), ``conductor_text`` (``""`` without
+    a conductor), ``conductor_usage`` (what the conductor LM spent, a ``Usage``), ``rounds`` (the conductor's rounds,
+    ``[]`` without a conductor) and ``error`` (a ``RunError`` or ``None``).
 
     Args:
         pool: the workers, addressed by index.
@@ -103,9 +104,10 @@ class PoolProgram(dspy.Module):
         clone.executor.budget = self.executor.budget if budget is None else budget
         return clone
 
-    def no_answer(self, error: RunError, text: str = "") -> dspy.Prediction:
-        """The prediction of a run that ran no workflow: refused input, or an unusable workflow and no fallback."""
-        return self.make_prediction(RunResult(answer=None, error=error), None, text)
+    def no_answer(self, error: RunError, text: str = "", conductor_usage: Usage = Usage()) -> dspy.Prediction:
+        """The prediction of a run that ran no workflow: refused input, or no usable workflow and no fallback (with
+        what the conductor LM spent, if it was asked)."""
+        return self.make_prediction(RunResult(answer=None, error=error, conductor_usage=conductor_usage), None, text)
 
     def make_prediction(
         self,
@@ -128,6 +130,7 @@ class PoolProgram(dspy.Module):
             cost=result.cost,
             response=result.answer,
             conductor_text=text,
+            conductor_usage=result.conductor_usage,
             rounds=list(rounds),
             error=result.error,
         )

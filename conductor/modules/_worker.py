@@ -9,7 +9,6 @@ from __future__ import annotations
 import abc
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +61,20 @@ def litellm_price(model: str) -> Price | None:
     if None in per_token:
         return None
     return Price(per_token[0] * 1000, per_token[1] * 1000)
+
+
+def prompt_tokens(lm: dspy.LM, messages: Messages) -> int:
+    """Prompt tokens of ``messages`` for ``lm``: exact from an in-process engine that counts (a local model), else
+    litellm's count for the model, else a cautious estimate of 1 token per 3 characters."""
+    count = getattr(lm.engine, "count_tokens", None)
+    if callable(count):
+        return count(messages)
+    try:
+        import litellm
+
+        return int(litellm.token_counter(model=lm.model, messages=messages))
+    except Exception:  # unknown model name: fall back to the cautious estimate
+        return sum(math.ceil(len(m["content"]) / 3) + 4 for m in messages)
 
 
 def lm_price(lm: dspy.LM) -> Price | None:
@@ -172,7 +185,6 @@ class LMWorker(Worker):
         name: str,
         lm: dspy.LM,
         *,
-        token_counter: Callable[[Messages], int] | None = None,
         price: Price | None = None,
         **kwargs: Any,
     ):
@@ -187,7 +199,6 @@ class LMWorker(Worker):
                 )
         super().__init__(name, price=price, **kwargs)
         self.lm = lm
-        self._token_counter = token_counter
 
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
@@ -202,11 +213,4 @@ class LMWorker(Worker):
         return Completion(text=response.text or "", input_tokens=input_tokens, output_tokens=output_tokens)
 
     def count_tokens(self, messages: Messages) -> int:
-        if self._token_counter is not None:
-            return self._token_counter(messages)
-        try:
-            import litellm
-
-            return int(litellm.token_counter(model=self.lm.model, messages=messages))
-        except Exception:  # unknown model name: fall back to the cautious estimate
-            return super().count_tokens(messages)
+        return prompt_tokens(self.lm, messages)

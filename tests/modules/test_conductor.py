@@ -21,7 +21,9 @@ def test_conductor_writes_a_workflow_that_the_pool_runs():
     assert prediction.response == "So.\nAnswer: 42"
     assert prediction.error is None
     assert [s.worker for s in prediction.trace] == ["planner", "solver"]
-    assert prediction.tokens == sum(s.prompt_tokens + s.completion_tokens for s in prediction.trace) > 0
+    steps = sum(s.prompt_tokens + s.completion_tokens for s in prediction.trace)
+    assert prediction.conductor_usage.tokens > 0 and steps > 0  # the conductor's own call counts too
+    assert prediction.tokens == steps + prediction.conductor_usage.tokens
     assert prediction.workflow.reasoning == "Plan, then solve."
     assert prediction.conductor_text == TWO_STEPS
 
