@@ -9,6 +9,7 @@ from conductor.modules._pool import BUILTIN_TOOLS, WorkerBuilder, WorkerPool, Wo
 from conductor.modules._program import PoolProgram
 from conductor.modules._prompts import WorkerPromptAdapter, WorkflowAdapter
 from conductor.modules._sandbox import run_python
+from conductor.modules._tools import ModuleWorker, ToolWorker, as_worker
 from conductor.modules._tracing import disable_tracing, enable_tracing, render_trace_html
 from conductor.modules._worker import Completion, LMWorker, Messages, Price, Worker, chat_request
 from conductor.modules._workflow import Limits, Step, Workflow
@@ -25,12 +26,14 @@ __all__ = [
     "LMWorker",
     "Limits",
     "Messages",
+    "ModuleWorker",
     "PoolProgram",
     "Price",
     "RunError",
     "RunResult",
     "Step",
     "StepTrace",
+    "ToolWorker",
     "Usage",
     "Worker",
     "WorkerBuilder",
@@ -40,6 +43,7 @@ __all__ = [
     "WorkerSpec",
     "Workflow",
     "WorkflowAdapter",
+    "as_worker",
     "chat_request",
     "disable_tracing",
     "enable_tracing",

@@ -8,7 +8,9 @@ which may name itself again while rounds are left.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import dataclasses
 import logging
 import math
@@ -18,7 +20,7 @@ from typing import Any, NamedTuple
 
 import dspy
 import pydantic
-from dspy.utils.exceptions import AdapterParseError
+from dspy.utils.exceptions import AdapterParseError, LMError
 from dspy.utils.usage_tracker import UsageTracker, track_usage
 
 from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid_config
@@ -27,7 +29,7 @@ from conductor.modules._executor import Budget, Executor, RunError, RunResult, U
 from conductor.modules._pool import WorkerPool
 from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
 from conductor.modules._prompts import WorkflowAdapter
-from conductor.modules._worker import Price, lm_price, prompt_tokens
+from conductor.modules._worker import Price, context_window, lm_price, prompt_tokens
 from conductor.modules._workflow import Limits, Step, Workflow
 from conductor.signatures import Orchestrate, Revise
 
@@ -49,6 +51,30 @@ class ConductorReply(NamedTuple):
     text: str
     error: RunError | None
     usage: Usage = Usage()
+
+
+class ConductorPredict(dspy.Predict):
+    """The conductor's predictor. Its LM is the conductor LM, part of the program rather than of its learned state, so
+    it is kept where DSPy would drop a predictor's LM: ``reset()`` (DSPy's optimizers ``reset_copy()`` their student
+    and teacher) and loading a state saved without an LM. Copies share it (``deepcopy``), as they share the pool: it
+    may hold a loaded model."""
+
+    def reset(self) -> None:
+        lm = self.__dict__.get("lm")  # absent while Predict.__init__ runs
+        super().reset()
+        self.lm = lm
+
+    def load_state(self, state: dict, *, allow_unsafe_lm_state: bool = False) -> ConductorPredict:
+        lm = self.lm
+        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        self.lm = self.lm or lm
+        return self
+
+    def __deepcopy__(self, memo: dict) -> ConductorPredict:
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update({k: v if k == "lm" else copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return clone
 
 
 AskRevision = Callable[[str, Workflow, dspy.Prediction, int], ConductorReply]
@@ -81,7 +107,7 @@ class Conductor(PoolProgram):
         except pydantic.ValidationError as exc:
             raise invalid_config("invalid Conductor options", exc, "(options)") from None
         # Set before the roles, so named_predictors() lists the conductor first.
-        self.orchestrate = dspy.Predict(Orchestrate)
+        self.orchestrate = ConductorPredict(Orchestrate)
         self.orchestrate.lm = lm
         self.max_depth = config.max_depth
         super().__init__(pool, **{name: getattr(config, name) for name in ProgramOptions.__annotations__})
@@ -135,6 +161,13 @@ class Conductor(PoolProgram):
         if isinstance(question, RunError):
             return self.no_answer(question)
         return self.run_reply(question, self.ask(question, budget=self.executor.budget))
+
+    async def aforward(self, **inputs: Any) -> dspy.Prediction:
+        """``forward`` on a worker thread (``await program.acall(...)``), so the event loop stays free. A run is
+        thread-based throughout: the executor runs independent steps side by side on threads and enforces each
+        worker's timeout on a thread of its own, and in-process models block; DSPy settings reach the thread, as
+        ``asyncio.to_thread`` copies the caller's context."""
+        return await asyncio.to_thread(self.forward, **inputs)
 
     # ---- what the conductor LM sees, and how its completion is read ---------------------------------------------
     def prompt_messages(self, question: str) -> list[dict[str, str]]:
@@ -217,24 +250,37 @@ class Conductor(PoolProgram):
         self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any], budget: Budget | None
     ) -> ConductorReply:
         """Call the conductor LM through ``predictor`` (so DSPy traces, callbacks, demos and instructions apply) and
-        read its completion for round ``depth``. Every predictor uses the LM and sampling settings of
+        read its completion for round ``depth``. A predictor uses its own LM if it has one (``constrain_program``
+        gives ``revise`` the grammar of the recursive rounds), else ``orchestrate``'s, and the sampling settings of
         ``orchestrate``. The call's tokens and cost are the reply's ``usage``: they count in the run's budget like
         any step's, so under ``budget`` the call may write no more than its limits leave, and one that can't fit (or
         can't be priced under a cost limit) is not made."""
-        lm = self.orchestrate.lm or dspy.settings.lm
+        lm = predictor.lm or self.orchestrate.lm or dspy.settings.lm
         config = dict(self.orchestrate.config)
         price = lm_price(lm) if lm is not None else None
-        if lm is not None and budget is not None:
-            limit = _output_limit(lm, price, self._messages(predictor, inputs), budget, config)
+        if lm is not None:
+            messages = self._messages(predictor, inputs)
+            limit = _beyond_context(lm, messages)
+            if limit is None and budget is not None:
+                limit = _output_limit(lm, price, messages, budget, config)
             if isinstance(limit, RunError):
                 return ConductorReply(None, "", limit)
             if limit is not None:
                 config["max_tokens"] = limit
         adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
+        trace = dspy.settings.trace
+        traced = len(trace) if trace is not None else 0
         # On unreadable text the adapter raises, having kept the completion: read_completion reports the problems.
         with track_usage() as tracker, dspy.context(adapter=adapter), contextlib.suppress(AdapterParseError):
-            predictor(**inputs, lm=self.orchestrate.lm, config=config)
-        return self.read_completion(adapter.completion, depth)._replace(usage=_usage(tracker, price))
+            try:
+                predictor(**inputs, lm=lm, config=config)
+            except LMError as exc:  # no key, no connection, a provider's refusal: not the question's fault
+                model = getattr(lm, "model", lm)
+                raise ConductorError(f"the conductor LM {model!r} failed: {str(exc).splitlines()[0]}") from exc
+        reply = self.read_completion(adapter.completion, depth)._replace(usage=_usage(tracker, price))
+        if reply.workflow is None and trace is not None:
+            del trace[traced:]  # a workflow that can't run (an unknown worker) must not become an optimizer's demo
+        return reply
 
     def _workers_text(self, depth: int) -> str:
         """The worker list the conductor sees in round ``depth``: the pool, and itself while a round is left."""
@@ -351,6 +397,22 @@ class Conductor(PoolProgram):
         if self.fallback == "none":
             return None
         return Workflow((Step(0, DIRECT_SUBTASK, ()),))
+
+
+def _beyond_context(lm: dspy.BaseLM, messages: list[dict[str, str]]) -> RunError | None:
+    """The ``input`` error of a prompt that can't fit the conductor LM's context window, when that is known."""
+    window = context_window(lm)
+    # A token is at least one UTF-8 byte (at most 4 a character), plus a few per message: most prompts need no count.
+    if window is None or sum(4 * len(m["content"]) + 16 for m in messages) < window:
+        return None
+    tokens = prompt_tokens(lm, messages)
+    if tokens < window:
+        return None
+    return RunError(
+        "input",
+        f"the question is too long for the conductor: its prompt has {tokens:,} tokens and the conductor LM "
+        f"{lm.model!r} takes at most {window:,}",
+    )
 
 
 def _output_limit(

@@ -22,6 +22,7 @@ Limits count from what the conductor LM already spent on the run (``Executor.run
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import math
@@ -36,6 +37,7 @@ from typing import Literal
 
 import dspy
 import tenacity
+from dspy.utils.callback import with_callbacks
 
 from conductor.errors import BudgetExceeded, ConfigError, WorkerError, WorkerTimeout
 from conductor.modules import _tracing
@@ -320,9 +322,9 @@ class Executor:
         self.pool = pool
         self.roles = dict(roles) if roles is not None else {role_name(r): dspy.Predict(r) for r in BUILTIN_ROLES}
         if default_role not in self.roles:
-            raise ValueError(f"default role {default_role!r} is not among the roles {sorted(self.roles)}")
+            raise ConfigError(f"default role {default_role!r} is not among the roles {sorted(self.roles)}")
         if max_parallel < 1:
-            raise ValueError(f"max_parallel must be at least 1, not {max_parallel}")
+            raise ConfigError(f"max_parallel must be at least 1, not {max_parallel}")
         self.default_role = default_role
         self.budget = budget
         self.max_parallel = max_parallel
@@ -448,9 +450,24 @@ class Executor:
     def _run_step(self, step: _Step, ledger: _Ledger) -> None:
         tracer = _tracing.tracer
         if tracer is None:
-            self._try_workers(step, ledger)
+            self._step_with_callbacks(step, ledger)
         else:
-            _tracing.traced_step(tracer, step.trace, lambda: self._try_workers(step, ledger))
+            _tracing.traced_step(tracer, step.trace, lambda: self._step_with_callbacks(step, ledger))
+
+    def _step_with_callbacks(self, step: _Step, ledger: _Ledger) -> None:
+        """Run the step as DSPy callbacks (``dspy.settings.callbacks``, MLflow's autolog) see a call of its role's
+        predictor: the step's inputs in, its response out, or the reason no worker answered as the exception. The
+        worker's own LM or tool call is an event inside it."""
+
+        # Named as DSPy's callback wrapper expects: it passes on the arguments but ``instance``, as for Module.__call__.
+        def role_step(instance: dspy.Predict, **kwargs: str) -> dspy.Prediction:
+            self._try_workers(step, ledger)
+            if step.trace.output is None and step.failure is not None:
+                raise _StepFailed(step.failure.message)
+            return dspy.Prediction(**{_output_field(instance): step.trace.output})
+
+        with contextlib.suppress(_StepFailed):
+            with_callbacks(role_step)(step.predictor, **step.inputs)
 
     def _try_workers(self, step: _Step, ledger: _Ledger) -> None:
         """Ask the step's workers in turn until one answers; record who answered, or why none did."""
@@ -464,7 +481,7 @@ class Executor:
                     notes.append(f"{worker.name} does not fit the budget: {exc}")
                     continue
             try:
-                completion = self._call_with_retries(worker, step.messages, hold.max_tokens, trace)
+                completion = self._call_with_retries(worker, step, hold.max_tokens)
             except WorkerError as exc:
                 ledger.settle(hold)
                 hold = None
@@ -494,9 +511,10 @@ class Executor:
             "execution", f"step {trace.index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
         )
 
-    def _call_with_retries(self, worker: Worker, messages: Messages, max_tokens: int, trace: StepTrace) -> Completion:
-        """Call ``worker`` until it answers, its retries are spent, or it is cooled down; errors that would repeat
-        are not retried. Every call's outcome goes into the pool's health record."""
+    def _call_with_retries(self, worker: Worker, step: _Step, max_tokens: int) -> Completion:
+        """Call ``worker`` on ``step`` until it answers, its retries are spent, or it is cooled down; errors that
+        would repeat are not retried. Every call's outcome goes into the pool's health record."""
+        trace = step.trace
         retrying = tenacity.Retrying(
             stop=tenacity.stop_any(
                 tenacity.stop_after_attempt(worker.retries + 1),
@@ -515,7 +533,9 @@ class Executor:
                 trace.attempts += 1
                 try:
                     completion = _call_with_timeout(
-                        lambda: worker.complete(messages, max_tokens=max_tokens, temperature=worker.temperature),
+                        lambda: worker.complete_step(
+                            step.inputs, step.messages, max_tokens=max_tokens, temperature=worker.temperature
+                        ),
                         worker,
                     )
                 except WorkerError as exc:
@@ -552,6 +572,10 @@ def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Comple
             raise error
         raise WorkerError(f"{worker.name}: {type(error).__name__}: {error}") from error
     return box["value"]  # type: ignore[return-value]
+
+
+class _StepFailed(Exception):
+    """No worker answered a step: what DSPy callbacks get as the step's exception (the run records it, not raises)."""
 
 
 def _context(steps: list[StepTrace]) -> str:

@@ -31,7 +31,7 @@ from conductor.modules._aggregate import CheckWorker, VoteWorker
 from conductor.modules._calculator import CalculatorWorker
 from conductor.modules._replay import ReplayWorker
 from conductor.modules._sandbox import PythonWorker
-from conductor.modules._tools import ToolWorker
+from conductor.modules._tools import ToolWorker, as_worker
 from conductor.modules._worker import LMWorker, Price, Worker
 
 BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
@@ -106,12 +106,14 @@ DEFAULT_POOL: dict[str, Any] = {
 class WorkerPool(Sequence[Worker]):
     """An ordered, immutable sequence of uniquely named workers. Index ``i`` is "Model i" to the conductor.
 
-    ``fallbacks`` maps a worker's name to the names of the workers that take its steps while it fails, in order.
+    ``workers`` may also hold a ``dspy.Tool``, any ``dspy.Module`` or a plain callable, each made a worker by
+    ``as_worker``. ``fallbacks`` maps a worker's name to the names of the workers that take its steps while it fails,
+    in order.
     """
 
     def __init__(
         self,
-        workers: Sequence[Worker],
+        workers: Sequence[Worker | Callable[[str], Any]],
         *,
         show_descriptions: bool = False,
         spec: PoolSpec | None = None,
@@ -119,6 +121,7 @@ class WorkerPool(Sequence[Worker]):
     ):
         if not workers:
             raise ConfigError("a worker pool needs at least one worker")
+        workers = [as_worker(worker) for worker in workers]
         names = [w.name for w in workers]
         if len(set(names)) != len(names):
             raise ConfigError(f"worker names must be unique: {names}")
@@ -152,7 +155,7 @@ class WorkerPool(Sequence[Worker]):
         path = Path(path)
         try:
             text = path.read_text()
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"can't read pool file {path}: {exc}") from exc
         try:
             config = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)

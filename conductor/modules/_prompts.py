@@ -5,6 +5,12 @@ Tiny local models can't emit DSPy's ``[[ ## field ## ]]`` markers, so:
   role's single output field;
 - ``WorkflowAdapter`` renders ``Orchestrate`` and reads the conductor's completion with the tolerant workflow parser.
 Both are ordinary ``dspy.Adapter``s, so instructions and few-shot demos set by DSPy optimizers flow through them.
+
+A demo is shown only when it holds what the prompt shows of it: a workflow for the conductor, the role's output for a
+worker. DSPy's optimizers also give predictors *labeled* demos, the raw training examples (``LabeledFewShot``, and
+``BootstrapFewShot``'s ``max_labeled_demos``): a question and its answer have no workflow to show, and showing the
+answer as the conductor's reply would teach it to answer instead of planning, so such demos are skipped. Bootstrapped
+demos are traces of real runs, so they hold the workflow the conductor wrote and each step's response.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class WorkerPromptAdapter(dspy.Adapter):
 
     def format(self, signature, demos, inputs):
         messages = [{"role": "system", "content": signature.instructions}]
-        for demo in demos:
+        for demo in (demo for demo in demos if demo.get(self._output(signature)) is not None):
             messages.append({"role": "user", "content": self._user(signature, demo)})
             messages.append({"role": "assistant", "content": str(demo.get(self._output(signature), ""))})
         messages.append({"role": "user", "content": self._user(signature, inputs)})
@@ -64,7 +70,7 @@ class WorkflowAdapter(dspy.Adapter):
     def format(self, signature, demos, inputs):
         system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{_FORMAT_EXAMPLE}"
         messages = [{"role": "system", "content": system}]
-        for demo in demos:
+        for demo in (demo for demo in demos if is_workflow_demo(demo)):
             messages.append({"role": "user", "content": _render_inputs(signature, demo, {})})
             messages.append({"role": "assistant", "content": _workflow_of(demo).to_text()})
         messages.append({"role": "user", "content": _render_inputs(signature, inputs, {})})
@@ -93,6 +99,15 @@ def workflow_fields(workflow: Workflow) -> dict[str, Any]:
         "access_list": [s.access if s.access == "all" else list(s.access) for s in workflow.steps],
         "roles": [s.role or "" for s in workflow.steps] if any(s.role for s in workflow.steps) else None,
     }
+
+
+WORKFLOW_FIELDS = ("model_id", "subtasks", "access_list")
+"""The ``Orchestrate`` output fields a demo needs to show a workflow (``reasoning`` and ``roles`` are optional)."""
+
+
+def is_workflow_demo(demo: Any) -> bool:
+    """Whether ``demo`` holds a workflow (a bootstrapped trace does; a labeled question and answer doesn't)."""
+    return all(demo.get(name) is not None for name in WORKFLOW_FIELDS)
 
 
 def _workflow_of(fields: dict[str, Any]) -> Workflow:

@@ -7,6 +7,7 @@ served in-process, or a Python tool. The executor only ever talks to this interf
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -75,6 +76,26 @@ def prompt_tokens(lm: dspy.LM, messages: Messages) -> int:
         return int(litellm.token_counter(model=lm.model, messages=messages))
     except Exception:  # unknown model name: fall back to the cautious estimate
         return sum(math.ceil(len(m["content"]) / 3) + 4 for m in messages)
+
+
+def context_window(lm: dspy.LM) -> int | None:
+    """The most prompt tokens ``lm`` takes, when known without calling it: an in-process engine's window (a local
+    model's), else litellm's ``max_input_tokens`` for the model; ``None`` when unknown."""
+    engine = getattr(lm, "engine", None)
+    if not isinstance(engine, str):  # a custom engine: only it can know
+        return getattr(engine, "context_window", None)
+    return _litellm_window(lm.model)
+
+
+@functools.cache
+def _litellm_window(model: str) -> int | None:
+    import litellm
+
+    try:
+        window = litellm.get_model_info(model).get("max_input_tokens")
+    except Exception:  # litellm raises a bare Exception for a model its map doesn't list
+        return None
+    return int(window) if window else None
 
 
 def lm_price(lm: dspy.LM) -> Price | None:
@@ -148,6 +169,15 @@ class Worker(abc.ABC):
     @abc.abstractmethod
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         """Answer the last user message of ``messages``."""
+
+    def complete_step(
+        self, inputs: dict[str, str], messages: Messages, *, max_tokens: int, temperature: float
+    ) -> Completion:
+        """Take a workflow step: ``inputs`` are its role's input fields (``question``, ``context``, ``subtask``) and
+        ``messages`` the prompt made of them. The executor calls this; the default answers ``messages`` with
+        ``complete``. Workers that need the fields rather than the prompt (DSPy modules, tools that take the subtask)
+        override it."""
+        return self.complete(messages, max_tokens=max_tokens, temperature=temperature)
 
     def count_tokens(self, messages: Messages) -> int:
         """Prompt tokens of ``messages``; the default is a cautious estimate of 1 token per 3 characters."""

@@ -3,16 +3,18 @@
 ``WorkflowFewShot`` searches the conductor's few-shot example workflows (the paper's most damaging ablation:
 LiveCodeBench fell from 64.3 to 54.9 without them) with ``dspy.BootstrapFewShotWithRandomSearch``. ``PromptSearch``
 searches the instructions of the conductor and of the worker roles (and the few-shot workflows) with
-``dspy.MIPROv2``, or with ``dspy.GEPA`` when a reflection LM is given. DSPy's optimizers run unchanged; this module
-supplies only what they can't know about the Conductor (each point was seen failing on DSPy 3.4.1 run as-is):
+``dspy.MIPROv2``, or with ``dspy.GEPA`` when a reflection LM is given. DSPy's optimizers run unchanged, and they
+also compile a ``Conductor`` as they are (the conductor LM survives ``reset_copy``, labeled demos are left out of the
+prompts, bootstrapped demos are workflows: see ``conductor.modules``). These wrappers add what a stock optimizer can't
+know about the Conductor:
 
-- the conductor's LM: DSPy's ``reset_copy()`` clears every predictor's ``lm``, so the teacher, the zero-shot candidate
-  and the result lose the conductor's LM ("No LM is loaded" on every example, zero demos, a result that can't run).
-  The search runs with the conductor's LM as the default LM, and the result gets it back;
-- no labeled demos: the conductor's prompt renders every demo as a workflow and a raw training example has none
-  (``KeyError: 'model_id'`` on every example), so only bootstrapped demos are used;
-- ``WorkflowMetric``: a run whose own workflow was unusable never becomes a demo, even when the fallback answered
-  right; and a metric that raises is reported before the search starts instead of scoring every candidate 0.
+- ``WorkflowMetric``: only a run whose own workflow ran counts as a success while bootstrapping. (A workflow that
+  can't run never becomes a demo anyway, but with a stock metric the run the fallback answered still gives its
+  worker step as a role demo, and ``threshold`` turns a graded metric into DSPy's pass or fail.) A metric that raises
+  is reported before the search starts instead of scoring every candidate 0;
+- settings that fit: no labeled demos (they would take demo slots and show nothing), the candidate sets worth trying,
+  and the conductor's LM as MIPROv2's task model and as the default LM while searching;
+- checked inputs: a non-Conductor student, an empty trainset or valset, a program without an LM.
 """
 
 from __future__ import annotations
@@ -95,9 +97,8 @@ class WorkflowFewShot(Teleprompter):
     sets of 1 to ``k`` demos, and keeps the set with the best validation score (``valset``, else ``trainset``); on a
     tie the baseline or the earlier set stays. The result's ``candidate_programs`` lists every set's score.
 
-    DSPy also bootstraps the other predictors a successful run called, so the worker roles get demos from the same
-    runs once ``Conductor.deepcopy()`` keeps its executor on the copy's role predictors (today, with a pool that
-    can't be deep-copied, the worker steps are recorded against the original's predictors and DSPy skips them).
+    DSPy also bootstraps the other predictors a successful run called, so the worker roles get demos (each step's
+    response) from the same runs.
     """
 
     def __init__(
@@ -143,9 +144,7 @@ class PromptSearch(Teleprompter):
     without labeled demos and with the conductor's LM as its task model. Without ``valset``, MIPROv2 holds part of
     ``trainset`` out and GEPA validates on ``trainset``, as DSPy does.
 
-    Role instructions are searched on copies of the student, so they reach the workers only once
-    ``Conductor.deepcopy()`` keeps the copy's executor on the copy's role predictors (it doesn't when the pool can't
-    be deep-copied); the conductor's own instructions and demos are unaffected.
+    Role instructions are searched too: a copy of the program runs its steps with the copy's role predictors.
     """
 
     def __init__(
@@ -197,7 +196,7 @@ def _search(
     **compile_options: Any,
 ) -> Conductor:
     """Check the inputs, then run ``optimizer(conductor_lm).compile`` on a copy of ``student`` with the conductor's
-    LM as the default LM; the result gets the student's LM back (``reset_copy`` cleared it)."""
+    LM as the default LM (the result keeps the student's own LM, or none if it used the default)."""
     if not isinstance(student, Conductor):
         raise ConfigError(f"the student must be a Conductor, not {type(student).__name__}")
     if not trainset:
@@ -214,7 +213,6 @@ def _search(
         result = optimizer(lm).compile(
             fresh, trainset=list(trainset), valset=list(valset) if valset is not None else None, **compile_options
         )
-    result.orchestrate.lm = student.orchestrate.lm
     logger.info("prompt search done: %d conductor demos", len(result.orchestrate.demos))
     return result
 
