@@ -166,7 +166,7 @@ class ConductorLM(LocalModel):
         sampling = None if sampling_dtype is None else resolve_dtype(sampling_dtype)
         self.sampling_dtype: torch.dtype | None = None if sampling == self.dtype else sampling
         self._sampler: PreTrainedModel | None = None
-        self._sampler_weights: tuple[tuple[int, int], ...] = ()
+        self._sampled_weights: list[torch.Tensor] = []  # the trainable weights the copy was last brought up to
 
     # ---- constructors ------------------------------------------------------------------------------------------
     @classmethod
@@ -256,24 +256,28 @@ class ConductorLM(LocalModel):
         """The model ``sample`` generates with: the policy itself, or with ``sampling_dtype`` a plain copy of it in
         that dtype holding the current weights (LoRA merged in: ``base + B @ A * scale``, rounded once).
 
-        The copy follows training by itself: before each sampling call it is brought up to date when a trainable
-        weight changed in place since the last one (an optimizer step, a checkpoint loaded), which torch's
-        per-tensor version counters tell for free. The learner keeps its dtype (float32 adapters, optimizer state
-        and new-policy log-probs); only sampling, and the log-probs a ``Sample`` records, use the copy.
+        The copy follows training by itself: before each sampling call the trainable weights are compared with those
+        of the last refresh (kept for that: the LoRA weights, or every weight without LoRA), and the copy is brought
+        up to date when one differs (an optimizer step, a checkpoint loaded). Comparing the values, not torch's
+        version counters, catches fused optimizers too, which don't bump them; it costs a pass over the adapter,
+        little next to generation. The learner keeps its dtype (float32 adapters, optimizer state and new-policy
+        log-probs); only sampling, and the log-probs a ``Sample`` records, use the copy.
 
         When that is sound: the tokens then come from a policy that differs from the learner's by rounding, so
         GRPO's importance ratio ``exp(logp_learner - logp_sampler)`` is not exactly 1 even before an update. It is
         sound where those ratios stay well inside the clip range (``benchmarks/sampling_dtype.py`` measures them for
         SmolLM2; see ``docs/gpu_recipe.md``); a trainer that uses the learner's own detached log-probs as the old
         ones (one update per batch) ignores the mismatch, and one that takes the old log-probs from the ``Sample``
-        clips it. The copy costs the model's memory again in ``sampling_dtype`` (a 7B model: about 15 GB in bf16).
+        clips it. The copy costs the model's memory again in ``sampling_dtype`` (a 7B model: about 15 GB in bf16),
+        and making it briefly a full copy in the base dtype.
         """
         if self.sampling_dtype is None:
             return self.model
-        weights = tuple((p.data_ptr(), p._version) for p in self.trainable_parameters())
-        if self._sampler is None or weights != self._sampler_weights:
+        weights = self.trainable_parameters()
+        synced = self._sampled_weights
+        if self._sampler is None or len(weights) != len(synced) or not all(map(torch.equal, weights, synced)):
             self._sync_sampler()
-            self._sampler_weights = weights
+            self._sampled_weights = [w.detach().clone() for w in weights]
         return self._sampler
 
     @torch.no_grad()
@@ -366,7 +370,10 @@ class ConductorLM(LocalModel):
 
     def __repr__(self) -> str:
         trainable = sum(p.numel() for p in self.trainable_parameters())
+        sampling = (
+            "" if self.sampling_dtype is None else f", sampling_dtype={str(self.sampling_dtype).removeprefix('torch.')}"
+        )
         return (
-            f"ConductorLM({self.name!r}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device}, "
-            f"lora={self.lora}, trainable={trainable:,})"
+            f"ConductorLM({self.name!r}, dtype={str(self.dtype).removeprefix('torch.')}{sampling}, "
+            f"device={self.device}, lora={self.lora}, trainable={trainable:,})"
         )
