@@ -3,6 +3,12 @@
 Components are named by import path (``module:function``, as torchtune names them; e.g.
 ``conductor.experiments.datasets:load_gsm8k``), resolved against the working folder too, so a module of one's own works
 from its folder. Every problem in a file is reported at once, in one ``ConfigError``.
+
+One's own data is a local file instead of a loader (paths relative to the working folder)::
+
+    data:
+      file: {path: questions.jsonl, inputs: [question], answer: answer}   # or .csv, .parquet
+      metric: number                    # exact (default), number, choice (needs file.options) or module:function
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import dspy
 import pydantic
 import yaml
 
 from conductor._imports import import_object as imported
 from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
-from conductor.experiments.datasets import Splits, split
+from conductor.experiments.datasets import BUILTIN_METRICS, DataFile, Splits, split
 from conductor.local import EMBEDDED_MODELS
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers import BudgetSpace
@@ -27,6 +34,7 @@ from conductor.optimizers.grpo import GRPOConfig
 
 if TYPE_CHECKING:
     from conductor.conductor_lm import ConductorLM
+    from conductor.optimizers.grpo import RolloutSetup
 
 
 class LoraSection(pydantic.BaseModel):
@@ -44,7 +52,7 @@ class ProgramSection(pydantic.BaseModel):
     pool: str = pydantic.Field("default", description="'default' (the embedded local pool) or a pool file")
     conductor: str = "local/smollm2-135m-instruct"
     max_steps: int = pydantic.Field(5, ge=1)
-    max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add (unconstrained only)")
+    max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add")
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
     lora: LoraSection = LoraSection()
     grammar: bool = pydantic.Field(
@@ -64,12 +72,20 @@ class ProgramSection(pydantic.BaseModel):
 
 
 class DataSection(pydantic.BaseModel):
-    """Where the examples come from, how they are scored and how they are split into train, validation and test."""
+    """Where the examples come from (a ``loader`` function, or a local ``file``), how they are scored and how they
+    are split into train, validation and test."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
-    loader: str = pydantic.Field(pattern=r"^[\w.]+:[\w.]+$", description="'module:function' returning dspy.Examples")
+    loader: str | None = pydantic.Field(
+        None, pattern=r"^[\w.]+:[\w.]+$", description="'module:function' returning dspy.Examples"
+    )
     args: dict[str, Any] = {}
-    metric: str = pydantic.Field(pattern=r"^[\w.]+:[\w.]+$", description="'module:function'(example, prediction)")
+    file: DataFile | None = pydantic.Field(None, description="a JSONL, CSV or Parquet file of questions and answers")
+    metric: str = pydantic.Field(
+        "exact",
+        pattern=rf"^([\w.]+:[\w.]+|{'|'.join(BUILTIN_METRICS)})$",
+        description=f"one of {list(BUILTIN_METRICS)}, or 'module:function'(example, prediction)",
+    )
     n: int | None = pydantic.Field(None, ge=1, description="use only the first n examples")
     seed: int = 0
     fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
@@ -80,6 +96,28 @@ class DataSection(pydantic.BaseModel):
         if min(value) < 0 or sum(value) > 1 + 1e-9:
             raise ValueError(f"must be three non-negative numbers summing to at most 1, not {value}")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> DataSection:
+        if (self.loader is None) == (self.file is None):
+            raise ValueError("name either a `loader` or a `file`")
+        if self.file is not None and self.args:
+            raise ValueError("`args` are a loader's; a file takes `inputs`, `answer` and `options`")
+        return self
+
+    def examples(self) -> list[dspy.Example]:
+        """The loader's or the file's examples (the first ``n``); a file's unusable rows are logged and left out."""
+        if self.file is not None:
+            examples = self.file.read(self.metric).examples
+        else:
+            loader = import_object(self.loader)
+            try:
+                examples = list(loader(**self.args))
+            except Exception as exc:  # the user's code called with the config's args: report it, don't crash
+                raise ConfigError(f"data.loader {self.loader}(**args) failed: {type(exc).__name__}: {exc}") from exc
+            if not examples:
+                raise ConfigError(f"data.loader {self.loader} returned no examples")
+        return examples[: self.n]
 
 
 class CompileSection(pydantic.BaseModel):
@@ -103,6 +141,9 @@ class RunConfig(pydantic.BaseModel):
     grpo: GRPOConfig | None = None
     compile: CompileSection | None = None
     output_dir: Path
+    ray: str | None = pydantic.Field(
+        None, min_length=1, description="score (eval, compile) on the Ray cluster at this address; None: here"
+    )
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -115,7 +156,7 @@ class RunConfig(pydantic.BaseModel):
     # ---- building what the config names ----------------------------------------------------------------------------
     @cached_property
     def metric(self) -> Callable[..., Any]:
-        return import_object(self.data.metric)
+        return BUILTIN_METRICS.get(self.data.metric) or import_object(self.data.metric)
 
     def pool(self) -> WorkerPool:
         return WorkerPool.default() if self.program.pool == "default" else WorkerPool.from_file(self.program.pool)
@@ -144,21 +185,25 @@ class RunConfig(pydantic.BaseModel):
             constrain_program(program)  # evaluated and saved as it is trained: under the grammar
         return program
 
-    def grammar(self, policy: ConductorLM, max_new_tokens: int) -> Callable[[Conductor], Any] | None:
-        """The workflow grammar per pool (a ``ProcessorFactory``) when ``program.grammar`` asks for it."""
+    def grammar(self, policy: ConductorLM, max_new_tokens: int) -> Callable[[Conductor, int], Any] | None:
+        """The workflow grammar per pool and round (a ``ProcessorFactory``) when ``program.grammar`` asks for it."""
         if not self.program.grammar:
             return None
         from conductor.conductor_lm import constraint_factory
 
         return constraint_factory(policy, max_new_tokens)
 
+    def rollout_setup(self) -> RolloutSetup:
+        """What each GRPO rollout actor on Ray builds from this config (``GRPOTrainer``'s ``rollout_setup``)."""
+        from conductor.optimizers.grpo import RolloutSetup
+
+        policy = self.policy()
+        max_new_tokens = self.grpo.max_new_tokens if self.grpo is not None else self.program.max_tokens
+        return RolloutSetup(policy, self.conductor(policy), self.metric, self.grammar(policy, max_new_tokens))
+
     def splits(self) -> Splits:
-        """The loader's examples (the first ``n``), split by ``seed`` and ``fractions``."""
-        data = self.data
-        examples = list(import_object(data.loader)(**data.args))[: data.n]
-        if not examples:
-            raise ConfigError(f"data.loader {data.loader} returned no examples")
-        return split(examples, data.seed, data.fractions)
+        """The data's examples (the first ``n``), split by ``seed`` and ``fractions``."""
+        return split(self.data.examples(), self.data.seed, self.data.fractions)
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -166,7 +211,7 @@ def load_run_config(path: str | Path) -> RunConfig:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"can't read config {path}: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping with `data` and `output_dir`")

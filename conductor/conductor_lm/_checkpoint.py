@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from conductor._files import replaceable_folder, write_folder_atomically
 from conductor.conductor_lm._model import load_base, quiet_peft
 from conductor.errors import ConductorError
-from conductor.local import resolve_dtype
+from conductor.local import EMBEDDED_MODELS, resolve_dtype
 
 if TYPE_CHECKING:
     from conductor._files import write_folder_atomically
@@ -49,7 +49,12 @@ def save_policy(policy: ConductorLM, folder: Path) -> Path:
     config["base_weights"] = BASE_DIR if policy.lora is not None and policy.base is None else None
 
     def write(tmp: Path) -> None:
-        policy.model.save_pretrained(tmp)  # a PeftModel writes only its adapter
+        if policy.lora is not None:  # a PeftModel writes only its adapter
+            _name_base_by_hub_id(policy)
+            # The vocabulary is never resized here; peft's "auto" would ask the hub for the base's config to check.
+            policy.model.save_pretrained(tmp, save_embedding_layers=False)
+        else:
+            policy.model.save_pretrained(tmp)
         policy.tokenizer.save_pretrained(tmp)
         if config["base_weights"]:
             policy.base_model().save_pretrained(tmp / BASE_DIR)
@@ -60,6 +65,21 @@ def save_policy(policy: ConductorLM, folder: Path) -> Path:
     return saved
 
 
+def _name_base_by_hub_id(policy: ConductorLM) -> None:
+    """Make the adapter name an embedded base by its hub id: peft would write the cache folder the base was loaded
+    from, which exists only on the machine that saved it; with the hub id the folder is a standard peft adapter
+    (``AutoPeftModelForCausalLM`` loads it), and ``load_policy`` maps the id back to the embedded GGUF."""
+    embedded = EMBEDDED_MODELS.get(policy.base or "")
+    if embedded is not None:
+        for adapter in policy.model.peft_config.values():
+            adapter.base_model_name_or_path = embedded.hub_id
+
+
+def _embedded_name(base: str) -> str:
+    """The embedded model whose hub id ``base`` is (as a peft adapter names its base), else ``base`` itself."""
+    return next((name for name, model in EMBEDDED_MODELS.items() if model.hub_id == base), base)
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     """``conductor_lm.json`` of a saved policy, with a clear error when it is missing or unreadable."""
     path = folder / CONFIG_NAME
@@ -67,8 +87,10 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ConductorError(f"{path} is missing: {folder} is not a folder written by ConductorLM.save")
     try:
         config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
         raise ConductorError(f"{path} can't be read: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConductorError(f"{path} must hold a JSON object")
     if config.get("format_version") != FORMAT_VERSION:
         raise ConductorError(f"{path} has format_version {config.get('format_version')!r}, expected {FORMAT_VERSION}")
     return config
@@ -89,6 +111,7 @@ def load_policy(
     folder = folder.expanduser().absolute()
     config = read_config(folder)
     torch_dtype = resolve_dtype(dtype or config["dtype"])
+    base = config["base"] and _embedded_name(config["base"])
     if config["weights"] == "full":
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
     else:
@@ -101,14 +124,14 @@ def load_policy(
                 raise ConductorError(f"the base model folder {base_dir} is missing: the checkpoint is incomplete")
             model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch_dtype)
         else:
-            _, model, _ = load_base(config["base"], torch_dtype)
+            _, model, _ = load_base(base, torch_dtype)
         with quiet_peft():
             model = PeftModel.from_pretrained(model, folder, is_trainable=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     policy = cls(
         model,
         tokenizer,
-        base=config["base"],
+        base=base,
         lora=None,
         name=config["name"],
         device=device,

