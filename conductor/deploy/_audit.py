@@ -1,8 +1,10 @@
 """An append-only audit log of who ran what on the server, in SQLite, with secrets redacted before anything is written.
 
-One row per request that reached a program: when, the request id, the key id (never the key), the program, the
-workflow the conductor wrote, the workers that answered each step, tokens, cost split by step and by worker, the
-outcome and the latency. The question is kept only as its SHA-256 unless ``store_questions`` is set.
+One row per chat request, refused ones included (``outcome`` and ``error`` say why): when, the request id (the
+``x-request-id`` header), the key id (never the key), the program, the workflow the conductor wrote, the workers that
+answered each step, tokens, cost split by step and by worker, the outcome and the latency. The question is kept only
+as its SHA-256 unless ``store_questions`` is set. Text that can't be UTF-8 (a client's lone surrogate) is written with
+backslash escapes.
 
 Append-only: the code only ever inserts, and triggers make SQLite refuse any UPDATE or DELETE of a row. Redaction:
 a request parameter named like a secret (``api_key``, ``authorization``, ... and the names configured) is written as
@@ -33,7 +35,7 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_CHARS = 8
 """Shorter secrets are redacted only where a whole value equals them: replacing them inside text would mangle it."""
 
-Outcome = Literal["ok", "format", "execution", "budget", "input", "forbidden", "rate-limited", "error"]
+Outcome = Literal["ok", "format", "execution", "budget", "input", "unauthorized", "forbidden", "rate-limited", "error"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -152,7 +154,7 @@ class AuditLog:
         row = dataclasses.asdict(entry) | {
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "question": question if self.store_questions else None,
-            "question_sha256": hashlib.sha256(question.encode()).hexdigest() if question is not None else None,
+            "question_sha256": _sha256(question) if question is not None else None,
         }
         row = {column: self.redact(value, by_name=column == "request") for column, value in row.items()}
         for column in _JSON_COLUMNS:
@@ -182,7 +184,9 @@ class AuditLog:
     def _redact(self, value: Any, secrets: list[str], by_name: bool) -> Any:
         if isinstance(value, dict):
             return {
-                k: REDACTED if by_name and self._is_sensitive(str(k)) else self._redact(v, secrets, by_name)
+                _storable(str(k)): REDACTED
+                if by_name and self._is_sensitive(str(k))
+                else self._redact(v, secrets, by_name)
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
@@ -193,11 +197,27 @@ class AuditLog:
                     return REDACTED
                 if len(secret) >= MIN_SECRET_CHARS:
                     value = value.replace(secret, REDACTED)
+            return _storable(value)
         return value
 
     def _is_sensitive(self, name: str) -> bool:
         name = _field_name(name)
         return name in self.sensitive_fields or bool(SECRET_PARTS & set(name.split("_")))
+
+
+def _storable(text: str) -> str:
+    """``text`` as SQLite can store it: a lone surrogate (JSON's ``"\\ud800"`` decodes to one) can't be encoded as
+    UTF-8, so it is written as its escape."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def _sha256(text: str) -> str:
+    """The SHA-256 of ``text``'s UTF-8 bytes (a lone surrogate as the three bytes Python's ``surrogatepass`` gives)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _field_name(name: str) -> str:

@@ -62,13 +62,18 @@ def test_every_response_and_audit_record_carries_the_cost_by_step_and_by_worker(
     pool = WorkerPool([PricedWorker("planner", 0.002), PricedWorker("solver", 0.001)])
     program = Conductor(pool, scripted_lm(lambda _: TWO_STEPS))
     with TestClient(create_app(program, audit_db=tmp_path / "audit.sqlite")) as client:
-        body = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]}).json()
+        response = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]})
+    body = response.json()
     conductor = body["conductor"]
     assert conductor["cost_by_step"] == {"0": 0.002, "1": 0.001}
     assert conductor["cost_by_worker"] == {"planner": 0.002, "solver": 0.001}
     assert conductor["cost"] == pytest.approx(0.003)
     [record] = AuditLog(tmp_path / "audit.sqlite").read()
-    assert record["request_id"] == body["id"] and record["key_id"] is None and record["program"] == "dspy-conductor"
+    assert (
+        record["request_id"] == response.headers["x-request-id"]
+        and record["key_id"] is None
+        and record["program"] == "dspy-conductor"
+    )
     assert (record["cost_by_step"], record["cost_by_worker"]) == (
         conductor["cost_by_step"],
         conductor["cost_by_worker"],

@@ -117,6 +117,9 @@ def test_a_key_budget_lowers_the_server_s_and_a_request_lowers_it_further(serve)
     client = serve(team(), spec, budget=Budget(max_tokens=1_000, max_cost=1.0))
     budget = ask(client, key, conductor_budget={"max_steps": 3, "max_tokens": 5_000}).json()["conductor"]["budget"]
     assert budget == {"max_steps": 3, "max_tokens": 900, "max_cost": 1.0, "max_tokens_per_step": None}
+    for max_tokens, expected in ((10**6, 900), (800, 800)):  # OpenAI's max_tokens lowers the key's cap, never raises it
+        budget = ask(client, key, max_tokens=max_tokens).json()["conductor"]["budget"]
+        assert budget["max_tokens"] == expected
 
 
 def test_the_keys_file_reports_every_problem_at_once(tmp_path):
@@ -284,11 +287,13 @@ def test_serve_with_a_keys_file(tmp_path, capsys, monkeypatch, wide):
     key = capsys.readouterr().out.strip()
     served = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app))
-    assert main(["serve", str(folder), "--keys", str(keys), "--trust-code"]) == 0
+    db = tmp_path / "audit.sqlite"
+    assert main(["serve", str(folder), "--keys", str(keys), "--audit-db", str(db), "--trust-code"]) == 0
     with TestClient(served["app"]) as client:
         assert ask(client, None).status_code == 401
         assert ask(client, key, "What is 17 * 23 + 4?").json()["choices"][0]["message"]["content"] == "395"
-    [record] = AuditLog(tmp_path / "math-team.audit.sqlite").read()
+    refused, record = AuditLog(db).read()
+    assert refused["key_id"] is None and refused["outcome"] == "unauthorized"
     assert record["key_id"] == "ops" and record["outcome"] == "ok" and record["workers"] == ["title", "calc"]
 
     keys.write_text(keys.read_text().replace("calc", "calculator"))

@@ -14,6 +14,7 @@ from conductor.deploy import create_app, save_program
 from conductor.modules import Budget, Conductor, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.helpers import compiled_program
+from tests.deploy.test_governance import PricedWorker
 
 TWO_STEPS = 'model_id = [0, 1]\nsubtasks = ["plan it", "solve it"]\naccess_list = [[], "all"]'
 
@@ -45,16 +46,16 @@ def serve():
         client.__exit__(None, None, None)
 
 
-def ask(client: TestClient, question: str = "Say the number 7.", **extra):
+def ask(client: TestClient, question: str = "Say the number 7.", model: str = "tiny-team", **extra):
     return client.post(
-        "/v1/chat/completions", json={"model": "x", "messages": [{"role": "user", "content": question}], **extra}
+        "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": question}], **extra}
     )
 
 
 def error_of(response, status: int) -> dict:
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "code"}
+    assert set(error) == {"message", "type", "param", "code"}
     return error
 
 
@@ -66,8 +67,10 @@ def test_a_question_gets_a_chat_completion_with_the_conductor_s_trace(serve):
     assert [step["worker"] for step in conductor["steps"]] == ["planner", "solver"]
     assert {"subtask", "prompt_tokens", "completion_tokens", "cost", "latency_s", "error"} <= set(conductor["steps"][0])
     assert conductor["workflow"].startswith("model_id = [0, 1]") and conductor["error"] is None
-    usage = body["usage"]
-    assert usage["prompt_tokens"] == sum(step["prompt_tokens"] for step in conductor["steps"]) > 0
+    usage, own = body["usage"], conductor["conductor_usage"]  # usage counts the conductor LM's own call too
+    assert own["prompt_tokens"] > 0 and own["completion_tokens"] > 0
+    for part in ("prompt_tokens", "completion_tokens"):
+        assert usage[part] == own[part] + sum(step[part] for step in conductor["steps"])
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] == conductor["tokens"]
 
 
@@ -107,7 +110,6 @@ def test_models_and_health(serve):
         (b'{"messages": []}', "messages: List should have at least 1 item"),
         (b'{"messages": [{"role": "system", "content": "hi"}]}', "no user message"),
         (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "only text content"),
-        (b'{"messages": [{"role": "user", "content": "q"}], "stream": true}', "streaming is not supported"),
         (b'{"messages": [{"role": "user", "content": "  "}]}', "the question is empty"),
     ],
 )
@@ -135,10 +137,11 @@ def test_a_request_may_lower_the_budget_but_not_raise_it(serve):
     program = make_program(budget=Budget(max_steps=5, max_tokens=10_000))
     client = serve(program, budget=Budget(max_steps=2, max_tokens=10_000))
 
-    lowered = ask(client, conductor_budget={"max_steps": 1}).json()
-    assert lowered["choices"][0]["finish_reason"] == "length"
-    assert lowered["conductor"]["error"]["kind"] == "budget" and len(lowered["conductor"]["steps"]) == 1
-    assert lowered["conductor"]["budget"]["max_steps"] == 1
+    lowered = ask(client, conductor_budget={"max_steps": 1})
+    assert error_of(lowered, 400)["code"] == "budget_exceeded"  # one step of two: no answer
+    conductor = lowered.json()["conductor"]
+    assert conductor["error"]["kind"] == "budget" and len(conductor["steps"]) == 1
+    assert conductor["budget"]["max_steps"] == 1
 
     raised = ask(client, conductor_budget={"max_steps": 50, "max_tokens": 10**9}).json()
     assert raised["conductor"]["budget"] == {
@@ -166,7 +169,9 @@ def test_a_nan_or_infinite_budget_gets_a_400_not_a_500(serve, limit):
 
 
 def test_a_per_step_limit_of_zero_is_zero_not_unlimited(serve):
-    body = ask(serve(budget=Budget(max_tokens_per_step=16)), conductor_budget={"max_tokens_per_step": 0}).json()
+    response = ask(serve(budget=Budget(max_tokens_per_step=16)), conductor_budget={"max_tokens_per_step": 0})
+    assert error_of(response, 400)["code"] == "budget_exceeded"
+    body = response.json()
     assert body["conductor"]["budget"]["max_tokens_per_step"] == 0
     assert body["conductor"]["error"]["kind"] == "budget" and body["conductor"]["steps"] == []
 
@@ -179,12 +184,17 @@ def test_parallel_requests_all_get_their_own_answer(serve):
     assert [r.json()["choices"][0]["message"]["content"] for r in responses] == [str(i) for i in range(40)]
 
 
-def test_a_failing_program_gets_a_500(serve):
+def test_a_failing_conductor_lm_gets_a_502_and_a_bug_a_500(serve):
     def broken(_):
         raise RuntimeError("the conductor is down")
 
-    error = error_of(ask(serve(make_program(conductor=scripted_lm(broken)))), 500)
+    error = error_of(ask(serve(make_program(conductor=scripted_lm(broken)))), 502)
     assert "the conductor is down" in error["message"] and error["type"] == "server_error"
+
+    program = make_program()
+    program.run_reply = lambda *args, **kwargs: 1 / 0  # a bug in the library
+    error = error_of(ask(serve(program)), 500)
+    assert error["code"] == "internal_error" and "ZeroDivisionError" in error["message"]
 
 
 def test_a_saved_program_is_served_by_the_cli(tmp_path, monkeypatch):
@@ -196,7 +206,7 @@ def test_a_saved_program_is_served_by_the_cli(tmp_path, monkeypatch):
     assert main(["serve", str(folder), "--port", "9123", "--timeout", "5", "--trust-code"]) == 0
     assert served["host"] == "127.0.0.1" and served["port"] == 9123
     with TestClient(served["app"]) as client:
-        body = ask(client, "What is 17 * 23 + 4?").json()
+        body = ask(client, "What is 17 * 23 + 4?", model="math-team").json()
     assert body["model"] == "math-team" and body["choices"][0]["message"]["content"] == "395"
 
 
@@ -216,3 +226,119 @@ def test_the_core_package_imports_without_fastapi():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'dspy-conductor[serve]'" in out
+
+
+# ---- the OpenAI protocol ----------------------------------------------------------------------------------------
+def sse_events(response) -> list:
+    """The ``data:`` payloads of a server-sent-event body, JSON-decoded but the final ``[DONE]``."""
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    lines = [line.removeprefix("data: ") for line in response.text.split("\n\n") if line]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_stream_true_answers_with_chunks_then_done(serve, include_usage):
+    options = {"stream_options": {"include_usage": True}} if include_usage else {}
+    response = ask(serve(), "Say the number 5.", stream=True, **options)
+    chunks = sse_events(response)
+    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    assert len({chunk["id"] for chunk in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
+    choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    assert choices[0]["delta"]["role"] == "assistant"
+    assert "".join(choice["delta"].get("content", "") for choice in choices) == "5"
+    assert [choice["finish_reason"] for choice in choices] == [None, None, "stop"]
+    assert [step["worker"] for step in chunks[len(choices) - 1]["conductor"]["steps"]] == ["planner", "solver"]
+    if include_usage:
+        last = chunks[-1]
+        assert last["choices"] == [] and last["usage"]["total_tokens"] == chunks[2]["conductor"]["tokens"] > 0
+        assert all(chunk["usage"] is None for chunk in chunks[:-1])
+    else:
+        assert all("usage" not in chunk for chunk in chunks)
+    assert float(response.headers["x-conductor-cost-usd"]) == 0.0
+
+
+def test_an_unknown_model_gets_a_404_and_the_models_route_lists_the_one_model(serve):
+    client = serve()
+    error = error_of(ask(client, model="gpt-4o"), 404)
+    assert error["code"] == "model_not_found" and error["param"] == "model" and "'tiny-team'" in error["message"]
+    assert client.get("/v1/models").json() == {
+        "object": "list",
+        "data": [{"id": "tiny-team", "object": "model", "created": 0, "owned_by": "dspy-conductor"}],
+    }
+    assert client.get("/v1/models/tiny-team").json()["id"] == "tiny-team"
+    assert error_of(client.get("/v1/models/gpt-4o"), 404)["code"] == "model_not_found"
+    assert ask(client, model=None).status_code == 200  # no model named: the one served
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"n": 2}, "n"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"temperature": 3}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_parameters_the_program_cannot_honour_get_a_400_naming_them(serve, extra, param):
+    program = make_program()
+    error = error_of(ask(serve(program), **extra), 400)
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert program.pool[0].calls == 0
+
+
+def test_n_1_temperature_and_a_text_response_format_are_accepted(serve):
+    response = ask(serve(), n=1, temperature=0.2, response_format={"type": "text"}, top_p=0.9, seed=3, user="u")
+    assert response.json()["choices"][0]["message"]["content"] == "7"
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_max_tokens_lowers_the_run_s_token_budget_and_never_raises_it(serve, field):
+    client = serve(budget=Budget(max_tokens=10_000))
+    assert ask(client, **{field: 5_000}).json()["conductor"]["budget"]["max_tokens"] == 5_000
+    assert ask(client, **{field: 10**9}).json()["conductor"]["budget"]["max_tokens"] == 10_000
+    too_few = error_of(ask(client, **{field: 50}), 400)
+    assert too_few["code"] == "budget_exceeded" and "budget" in too_few["message"]
+
+
+def test_every_response_has_a_request_id_the_client_s_when_usable(serve):
+    client = serve()
+    assert ask(client).headers["x-request-id"].startswith("req-")
+    echoed = client.get("/v1/models", headers={"x-request-id": "trace-42:a.b"})
+    assert echoed.headers["x-request-id"] == "trace-42:a.b"
+    replaced = client.get("/health", headers={"x-request-id": "bad id\twith spaces"})
+    assert replaced.headers["x-request-id"].startswith("req-")
+    assert client.get("/nowhere").headers["x-request-id"].startswith("req-")
+
+
+def test_a_run_s_cost_is_in_a_header(serve):
+    pool = WorkerPool([PricedWorker("planner", 0.002), PricedWorker("solver", 0.001)])
+    response = ask(serve(Conductor(pool, scripted_lm(lambda _: TWO_STEPS))))
+    assert float(response.headers["x-conductor-cost-usd"]) == pytest.approx(0.003)
+    assert response.json()["conductor"]["cost"] == pytest.approx(0.003)
+
+
+@pytest.mark.parametrize(
+    "method, path, status, code",
+    [
+        ("GET", "/v2/anything", 404, "not_found"),
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("DELETE", "/v1/models", 405, "method_not_allowed"),
+        ("POST", "/health", 405, "method_not_allowed"),
+    ],
+)
+def test_unknown_routes_and_wrong_methods_get_openai_errors(serve, method, path, status, code):
+    error = error_of(serve().request(method, path), status)
+    assert error["code"] == code and path in error["message"] and "POST /v1/chat/completions" in error["message"]
+
+
+def test_an_unexpected_error_on_any_route_is_an_openai_500_with_a_request_id():
+    app = create_app(make_program(), model="tiny-team")
+    app.get("/boom")(lambda: 1 / 0)  # a route with a bug
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/boom", headers={"x-request-id": "boom-1"})
+    error = error_of(response, 500)
+    assert error["code"] == "internal_error" and "ZeroDivisionError" in error["message"]
+    assert response.headers["x-request-id"] == "boom-1"
