@@ -24,6 +24,13 @@ def cache_dir(*parts: str) -> Path:
     return root.joinpath(*parts)
 
 
+def data_dir(*parts: str) -> Path:
+    """``$XDG_DATA_HOME/dspy-conductor``, else ``~/.local/share/dspy-conductor``: what the library keeps for the user
+    (audit logs), as opposed to the cache, which may be deleted; then ``parts`` below it."""
+    root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser() / "dspy-conductor"
+    return root.joinpath(*parts)
+
+
 def replaceable_folder(target: Path, marker: str, what: str) -> Path:
     """The absolute ``target``, after refusing a file, or a non-empty folder without ``marker`` (the file every saved
     ``what`` holds): saving replaces the folder, and a wrong path must not delete data."""

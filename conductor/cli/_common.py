@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 
 from conductor.errors import ConductorError
 from conductor.modules import WorkerPool
@@ -25,12 +26,36 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads",
+        dest="torch_threads",
+        type=at_least(1),
+        metavar="N",
+        help="torch threads for local models (default: $OMP_NUM_THREADS, else 1 on <= 2 cores, else half the cores)",
+    )
+
+
+def at_least(low: int):
+    """An argparse type: an integer no smaller than ``low`` (argparse reports anything else as a usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+
+    return parse
+
+
 def load_pool(args: argparse.Namespace) -> WorkerPool:
     return WorkerPool.from_file(args.pool) if args.pool else WorkerPool.default()
 
 
-def fail(error: Exception) -> int:
+def fail(error: ConductorError) -> int:
     """Print a library error as one clear line (no traceback) and return the exit code."""
-    kind = "error" if isinstance(error, ConductorError) else type(error).__name__
-    status.print(f"[bold red]{kind}:[/] {error}")
+    status.print(f"[bold red]error:[/] {escape(str(error))}")
     return 2

@@ -1,4 +1,5 @@
-"""``conductor pool``: list the workers of a pool as the conductor sees them."""
+"""``conductor pool``: list the workers of a pool as the conductor sees them: a saved program's (by default the
+shipped program's, the one ``conductor run`` answers with) or a pool file's."""
 
 from __future__ import annotations
 
@@ -6,21 +7,28 @@ import argparse
 import json
 
 from rich.table import Table
+from rich.text import Text
 
-from conductor.cli._common import add_pool_argument, console, fail, load_pool
+from conductor.cli._common import add_trust_argument, console, fail
 from conductor.errors import ConductorError
+from conductor.modules import WorkerPool
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("pool", help="list the workers of a pool")
-    add_pool_argument(parser)
+    parser = commands.add_parser("pool", help="list the workers of a saved program's pool, or of a pool file")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--program", metavar="DIR", help="a saved program folder (default: the trained program `conductor run` uses)"
+    )
+    source.add_argument("--pool", metavar="FILE", help="a YAML or TOML pool config")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_trust_argument(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     try:
-        pool = load_pool(args)
+        pool = _pool(args)
     except ConductorError as exc:
         return fail(exc)
     rows = [
@@ -45,6 +53,14 @@ def handle(args: argparse.Namespace) -> int:
     for column in ("id", "name", "kind", "description", "$/1K in", "$/1K out", "max tokens", "timeout s", "retries"):
         table.add_column(column)
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
+        table.add_row(*(Text(str(v)) for v in row.values()))  # names are data, not rich markup
     console.print(table)
     return 0
+
+
+def _pool(args: argparse.Namespace) -> WorkerPool:
+    if args.pool:
+        return WorkerPool.from_file(args.pool)
+    from conductor.deploy import TRAINED_PROGRAM, load_program_pool
+
+    return load_program_pool(args.program or TRAINED_PROGRAM, trust_code=args.trust_code)

@@ -11,14 +11,25 @@ import argparse
 import dataclasses
 import json
 
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
-from conductor.cli._common import add_pool_argument, add_trust_argument, console, fail, load_pool, status
+from conductor.cli._common import (
+    add_pool_argument,
+    add_threads_argument,
+    add_trust_argument,
+    at_least,
+    console,
+    fail,
+    load_pool,
+    status,
+)
 from conductor.deploy import conductor_lm
 from conductor.errors import ConductorError, ConfigError
 from conductor.local import trainable_policy
-from conductor.modules import Conductor
+from conductor.modules import Budget, Conductor
 
 DEFAULT_CONDUCTOR = "local/smollm2-135m-instruct"
 FRESH_ONLY = ("max_steps", "max_depth", "free", "temperature", "conductor_max_tokens")
@@ -43,24 +54,37 @@ def register(commands) -> None:
         action="store_true",
         help="let a fresh local or trained conductor write freely instead of decoding under the workflow grammar",
     )
-    parser.add_argument("--max-steps", type=int, help="a fresh conductor's step limit (default 5)")
-    parser.add_argument("--max-depth", type=int, help="recursive rounds a fresh conductor may add (needs --free)")
+    parser.add_argument("--max-steps", type=at_least(1), help="a fresh conductor's step limit (default 5)")
+    parser.add_argument("--max-depth", type=at_least(0), help="recursive rounds a fresh conductor may add (default 0)")
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the whole run")
     parser.add_argument("--max-cost", type=float, default=None, help="cost budget for the whole run, in dollars")
-    parser.add_argument("--conductor-max-tokens", type=int, help="a fresh conductor's longest workflow (default 384)")
-    parser.add_argument("--temperature", type=float, help="a fresh conductor's sampling temperature (default 0)")
+    parser.add_argument(
+        "--conductor-max-tokens", type=at_least(1), help="a fresh conductor's longest workflow (default 384)"
+    )
+    parser.add_argument("--temperature", type=_temperature, help="a fresh conductor's sampling temperature (default 0)")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
     add_trust_argument(parser)
+    add_threads_argument(parser)
     parser.set_defaults(handler=handle)
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 2:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2, not {text}")
+    return value
 
 
 def handle(args: argparse.Namespace) -> int:
     try:
+        _check_text(args.question)
+        given = {name: getattr(args, name) for name in ("max_tokens", "max_cost") if getattr(args, name) is not None}
+        Budget(**given)  # refuse a limit that is none (NaN, negative) before loading anything
         with status.status("Loading the conductor and its pool…"):
             program = _fresh(args) if args.conductor or args.pool else _saved(args)
-            given = {
-                name: getattr(args, name) for name in ("max_tokens", "max_cost") if getattr(args, name) is not None
-            }
             if given:  # only the limits named change: a saved program keeps its others
                 program.executor.budget = dataclasses.replace(program.executor.budget, **given)
     except ConductorError as exc:
@@ -78,6 +102,18 @@ def handle(args: argparse.Namespace) -> int:
         _show(prediction, program.pool)
     error = prediction.error
     return 0 if error is None or (error.kind == "format" and prediction.response is not None) else 1
+
+
+def _check_text(question: str) -> None:
+    """Refuse a question that isn't UTF-8 on the command line (Python keeps such bytes as lone surrogates)."""
+    try:
+        question.encode()
+    except UnicodeEncodeError as exc:
+        char = ord(question[exc.start])
+        what = f"byte 0x{char - 0xDC00:02X}" if 0xDC80 <= char <= 0xDCFF else f"a lone surrogate U+{char:04X}"
+        raise ConductorError(
+            f"the question is not UTF-8 text: {what} at character {exc.start} (is the terminal set to UTF-8?)"
+        ) from None
 
 
 def _saved(args: argparse.Namespace) -> Conductor:
@@ -125,11 +161,12 @@ def _as_json(prediction) -> dict:
 
 
 def _show(prediction, pool) -> None:
+    """Everything as plain text: what models write (and pool names) may hold ``[...]`` that rich would read as
+    markup."""
     if prediction.error and prediction.error.kind == "format":
-        console.print(
-            Panel(prediction.conductor_text or "(empty)", title="Conductor output (unusable)", border_style="yellow")
-        )
-        console.print(f"[yellow]{prediction.error}[/]")
+        text = Text(prediction.conductor_text or "(empty)")
+        console.print(Panel(text, title="Conductor output (unusable)", border_style="yellow"))
+        console.print(Text(str(prediction.error), style="yellow"))
         if prediction.workflow:
             console.print("[yellow]Fallback: worker 0 answers the question directly.[/]")
     if prediction.workflow:
@@ -139,16 +176,18 @@ def _show(prediction, pool) -> None:
         for i, step in enumerate(prediction.workflow.steps):
             sees = "all" if step.access == "all" else ", ".join(map(str, step.access)) or "none"
             worker = f"{step.worker} ({pool[step.worker].name})"
-            table.add_row(str(i), worker, step.role or "solve", sees, step.subtask)
+            table.add_row(*(Text(cell) for cell in (str(i), worker, step.role or "solve", sees, step.subtask)))
         console.print(table)
     for step in prediction.trace:
         meta = (
             f"{step.prompt_tokens}+{step.completion_tokens} tokens · ${step.cost:.6f} · "
             f"{step.latency_s:.2f} s · {step.attempts} attempt(s)"
         )
-        body = step.output if step.error is None else f"[red]{step.error}[/]"
-        console.print(Panel(body or "(empty)", title=f"Step {step.index} · {step.worker} · {step.role}", subtitle=meta))
+        body = Text(step.output or "(empty)") if step.error is None else Text(str(step.error), style="red")
+        title = escape(f"Step {step.index} · {step.worker} · {step.role}")
+        console.print(Panel(body, title=title, subtitle=meta))
     if prediction.error and prediction.error.kind != "format":
-        console.print(f"[bold red]{prediction.error}[/]")
-    console.print(f"[bold]Answer:[/] {prediction.answer}")
-    console.print(f"Total: {prediction.tokens} worker tokens · ${prediction.cost:.6f}")
+        console.print(Text(str(prediction.error), style="bold red"))
+    console.print(Text.assemble(("Answer:", "bold"), f" {prediction.answer}"))
+    conductor = prediction.conductor_usage.tokens
+    console.print(f"Total: {prediction.tokens} tokens ({conductor} the conductor's) · ${prediction.cost:.6f}")

@@ -36,7 +36,9 @@ def handle(args: argparse.Namespace) -> int:
             policy = config.policy()
             program = config.conductor(policy)
         grammar = config.grammar(policy, grpo.max_new_tokens)
-        GRPOTrainer(grpo, policy, program, trainset, config.metric, logits_processor=grammar).run()
+        GRPOTrainer(
+            grpo, policy, program, trainset, config.metric, logits_processor=grammar, rollout_setup=config.rollout_setup
+        ).run()
         folder = save_program(program, config.output_dir / PROGRAM)
     except ConductorError as exc:
         return fail(exc)

@@ -9,7 +9,7 @@ named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever 
 
 from pathlib import Path
 
-from conductor.deploy._artifact import FORMAT_VERSION, load_program, save_program
+from conductor.deploy._artifact import FORMAT_VERSION, load_program, load_program_pool, save_program
 from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._governance import (
     DaySpend,
@@ -59,6 +59,7 @@ __all__ = [
     "is_trainable",
     "load",
     "load_program",
+    "load_program_pool",
     "new_key",
     "read_keys_file",
     "review_program",

@@ -182,6 +182,40 @@ def load_program(path: str | Path, *, trust_code: bool = False) -> Conductor:
     Untrusted (the default), a program that names code the library didn't ship or an endpoint of its own is refused
     with the list of what it wants, before anything it names is imported (see ``_trust``); ``trust_code=True`` lets
     it run, for programs whose author you trust."""
+    folder, manifest, pool_config = _reviewed(path, trust_code)
+    versions = manifest.get("versions")
+    _warn_on_version_change(versions if isinstance(versions, dict) else {})
+    _require(folder / PROGRAM)
+    config = _read_config(folder / MANIFEST, manifest)
+    lm = _load_lm(_lm_description(folder / MANIFEST, manifest), folder)
+    program = Conductor.from_config(config, WorkerPool.from_config(pool_config), lm)
+    try:
+        with _lms_set_aside(program):
+            program.load(str(folder / PROGRAM))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # what DSPy raises on a bad state
+        program.pool.close()
+        raise ConductorError(f"{folder / PROGRAM} can't be loaded: {type(exc).__name__}: {exc}") from exc
+    unreadable = [name for name, p in program.named_predictors() if not _are_demos(p.demos)]
+    if unreadable:  # DSPy keeps whatever the file holds: it would fail only when the program runs
+        program.pool.close()
+        raise ConductorError(f"{folder / PROGRAM} can't be loaded: the demos of {unreadable} are not objects")
+    if manifest["conductor_lm"].get("workflow_grammar"):
+        from conductor.conductor_lm import constrain_program
+
+        constrain_program(program)  # decode under the grammar it was saved with, rebuilt for this pool
+    logger.info("loaded the program from %s", folder)
+    return program
+
+
+def load_program_pool(path: str | Path, *, trust_code: bool = False) -> WorkerPool:
+    """The worker pool of the program saved in the folder ``path``, without loading its conductor LM (what
+    ``conductor pool --program`` lists); refused as ``load_program`` refuses an untrusted program."""
+    _, _, pool_config = _reviewed(path, trust_code)
+    return WorkerPool.from_config(pool_config)
+
+
+def _reviewed(path: str | Path, trust_code: bool) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The program folder, its manifest and its pool config, once ``_trust`` has allowed what they name."""
     folder = Path(path).expanduser().absolute()
     if not folder.is_dir():
         raise ConductorError(f"{folder} is not a folder: there is no saved program there")
@@ -191,25 +225,9 @@ def load_program(path: str | Path, *, trust_code: bool = False) -> Conductor:
             f"{folder / MANIFEST} is format {manifest.get('format')!r} version {manifest.get('format_version')!r}; "
             f"this library reads {FORMAT!r} version {FORMAT_VERSION}"
         )
-    _warn_on_version_change(manifest.get("versions", {}))
     pool_config = _read_json(folder / POOL)
     review_program(manifest, pool_config).enforce(str(folder), trust_code=trust_code)
-    _require(folder / PROGRAM)
-    config = _read_config(folder / MANIFEST, manifest)
-    lm = _load_lm(manifest["conductor_lm"], folder)
-    program = Conductor.from_config(config, WorkerPool.from_config(pool_config), lm)
-    try:
-        with _lms_set_aside(program):
-            program.load(str(folder / PROGRAM))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        program.pool.close()
-        raise ConductorError(f"{folder / PROGRAM} can't be loaded: {type(exc).__name__}: {exc}") from exc
-    if manifest["conductor_lm"].get("workflow_grammar"):
-        from conductor.conductor_lm import constrain_program
-
-        constrain_program(program)  # decode under the grammar it was saved with, rebuilt for this pool
-    logger.info("loaded the program from %s", folder)
-    return program
+    return folder, manifest, pool_config
 
 
 def _read_config(path: Path, manifest: dict[str, Any]) -> ConductorConfig:
@@ -219,6 +237,24 @@ def _read_config(path: Path, manifest: dict[str, Any]) -> ConductorConfig:
         return ConductorConfig.model_validate({k: v for k, v in manifest.items() if k in ConductorConfig.model_fields})
     except pydantic.ValidationError as exc:
         raise ConductorError(f"{path} holds invalid program options: {'; '.join(validation_problems(exc))}") from None
+
+
+def _are_demos(demos: Any) -> bool:
+    return isinstance(demos, list) and all(isinstance(demo, dict | dspy.Example) for demo in demos)
+
+
+def _lm_description(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``conductor_lm`` entry, after checking it has the fields ``_load_lm`` reads."""
+    description = manifest.get("conductor_lm")
+    needs = {"policy": {"folder": str, "class": str, "lm_kwargs": dict}, "dspy_lm": {"model": str, "state": dict}}
+    fields = needs.get(description.get("kind")) if isinstance(description, dict) else None
+    if fields is None:
+        raise ConductorError(f"{path}: conductor_lm must be an object whose kind is 'policy' or 'dspy_lm'")
+    wrong = [name for name, kind in fields.items() if not isinstance(description.get(name), kind)]
+    if wrong:
+        kinds = ", ".join(f"{name} ({fields[name].__name__})" for name in wrong)
+        raise ConductorError(f"{path}: conductor_lm of kind {description['kind']!r} lacks {kinds}")
+    return description
 
 
 def _warn_on_version_change(saved: dict[str, str]) -> None:
@@ -258,7 +294,7 @@ def _require(path: Path) -> Path:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(_require(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
         raise ConductorError(f"{path} can't be read: {exc}") from exc
     if not isinstance(data, dict):
         raise ConductorError(f"{path} must hold a JSON object")

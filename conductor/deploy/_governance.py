@@ -176,7 +176,7 @@ def read_keys_file(path: str | Path) -> Any:
     path = Path(path)
     try:
         config = yaml.safe_load(path.read_text())  # YAML reads JSON too
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"can't read the keys file {path}: {exc}") from exc
     return config if config is not None else {"keys": []}
 

@@ -98,6 +98,11 @@ class LocalEngine:
         return self._model
 
     @property
+    def context_window(self) -> int | None:
+        """The most tokens a prompt and its completion may fill together (loads a named model)."""
+        return self.model.context_window
+
+    @property
     def policy(self) -> LocalModel | None:
         """The trainable model this engine runs, if it was given one (never loads anything)."""
         return self._model if self._model is not None and self._model.trainable else None

@@ -8,6 +8,7 @@ experiment runner can treat every method alike.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from typing import Any, Self, TypedDict
 
@@ -20,6 +21,7 @@ from conductor.modules._pool import WorkerPool
 from conductor.modules._workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: not text, and no model can encode it
 DIRECT_SUBTASK = "Answer the overall task directly and completely."
 """The subtask of a step that answers the question on its own (a single worker, a sample, a fallback)."""
 
@@ -87,6 +89,12 @@ class PoolProgram(dspy.Module):
             question = "\n".join(f"{name}: {value}" for name, value in fields.items())
         if not question.strip():
             return RunError("input", "the question is empty")
+        if surrogate := _LONE_SURROGATE.search(question):
+            return RunError(
+                "input",
+                f"the question is not valid Unicode: a lone surrogate (U+{ord(surrogate[0]):04X}) at character "
+                f"{surrogate.start():,}; no model can read it (was it decoded from bytes that are not UTF-8?)",
+            )
         if len(question) > self.max_question_chars:
             return RunError(
                 "input", f"the question has {len(question):,} characters; the limit is {self.max_question_chars:,}"

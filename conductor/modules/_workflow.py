@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -28,6 +29,9 @@ Access = Union[Literal["all"], tuple[int, ...]]  # noqa: UP007 - a type alias ne
 
 LIST_NAMES = ("model_id", "subtasks", "access_list")
 _OPTIONAL_LIST_NAMES = ("roles",)
+# "2", "Model 2", "worker 2": an index. Longer digit strings are none (and past 4,300 digits Python can't read them).
+_INDEX = re.compile(r"\s*(?:(?:model|worker|agent)\s*)?(-?\d{1,18})\s*", re.I)
+_shown = reprlib.repr  # what the conductor wrote, shortened, in a problem message
 _THINK = re.compile(r"^\s*<think>.*?(</think>|$)", re.DOTALL)
 # A field name, optionally quoted or in markdown bold, then ':' or '=' and the opening of its value.
 _FIELD = re.compile(
@@ -94,7 +98,9 @@ class Workflow:
         lists = {"model_id": model_id, "subtasks": subtasks, "access_list": access_list}
         if roles is not None:
             lists["roles"] = roles
-        problems = [f"{name} is not a list: {value!r}" for name, value in lists.items() if not isinstance(value, list)]
+        problems = [
+            f"{name} is not a list: {_shown(value)}" for name, value in lists.items() if not isinstance(value, list)
+        ]
         if problems:
             raise WorkflowError(problems)
         lengths = {name: len(value) for name, value in lists.items()}
@@ -104,9 +110,11 @@ class Workflow:
         for i in range(lengths["model_id"]):
             worker, access = _as_worker(model_id[i]), _as_access(access_list[i])
             if worker is None:
-                problems.append(f"model_id[{i}] is not a worker index: {model_id[i]!r}")
+                problems.append(f"model_id[{i}] is not a worker index: {_shown(model_id[i])}")
             if access is None:
-                problems.append(f'access_list[{i}] must be "all", [] or a list of step indices: {access_list[i]!r}')
+                problems.append(
+                    f'access_list[{i}] must be "all", [] or a list of step indices: {_shown(access_list[i])}'
+                )
             role = None if roles is None else str(roles[i]).strip().lower() or None
             steps.append(Step(worker if worker is not None else -1, str(subtasks[i]), access or (), role))
         if problems:
@@ -258,7 +266,7 @@ def _as_worker(value: object) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and (digits := re.fullmatch(r"\s*(?:(?:model|worker|agent)\s*)?(-?\d+)\s*", value, re.I)):
+    if isinstance(value, str) and (digits := _INDEX.fullmatch(value)):
         return int(digits[1])
     return None
 

@@ -130,3 +130,99 @@ def test_a_budget_flag_that_is_no_limit_is_one_clear_line(monkeypatch, capsys, f
     assert main(["run", "2 + 2", *flags]) == 2
     err = capsys.readouterr().err
     assert "invalid budget:" in err and "Traceback" not in err
+
+
+def test_version(capsys):
+    from conductor import __version__
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out.strip() == f"conductor (dspy-conductor) {__version__}"
+
+
+def test_pool_lists_the_pool_run_uses_by_default(capsys):
+    assert main(["pool", "--json"]) == 0
+    workers = json.loads(capsys.readouterr().out)["workers"]
+    assert [w["name"] for w in workers] == ["smollm2", "gemma", "python", "calculator"]
+    assert [w["max_tokens"] for w in workers[:2]] == [256, 256]  # free-form answers are not cut mid-sentence
+
+
+def test_pool_lists_a_saved_programs_pool_only_when_trusted(tmp_path, capsys):
+    import conductor
+    from tests.deploy.helpers import compiled_program
+
+    folder = conductor.save(compiled_program(), tmp_path / "saved")
+    assert main(["pool", "--program", str(folder)]) == 2
+    assert "is not trusted" in " ".join(capsys.readouterr().err.split())  # its pool names a tool by import path
+    assert main(["pool", "--program", str(folder), "--trust-code", "--json"]) == 0
+    assert [w["name"] for w in json.loads(capsys.readouterr().out)["workers"]] == ["title", "calc"]
+
+
+def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_data_folder(monkeypatch, tmp_path):
+    from conductor.cli import _serve
+    from conductor.deploy import TRAINED_PROGRAM
+    from tests.deploy.helpers import compiled_program
+
+    seen = {}
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setattr(_serve, "load_program", lambda folder, trust_code: seen.update(folder=folder) or program)
+    monkeypatch.setattr(_serve, "create_app", lambda program, **options: seen.update(options))
+    monkeypatch.setattr(
+        _serve, "import_serving", lambda name: type("Uvicorn", (), {"run": staticmethod(lambda *a, **k: None)})
+    )
+    program = compiled_program()
+    assert main(["serve"]) == 0
+    assert seen["folder"] == TRAINED_PROGRAM and seen["model"] == "local-routing"
+    assert seen["audit_db"] == tmp_path / "dspy-conductor" / "audit" / "local-routing.sqlite"
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])
+def test_default_torch_threads_leave_a_small_machine_room(monkeypatch, cores, threads):
+    from conductor import cli
+
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert cli.default_threads() == threads
+
+
+def test_threads_flag_sets_torch_threads(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from tests.deploy.helpers import compiled_program
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # restored afterwards
+    monkeypatch.setattr(_run, "_saved", lambda args: compiled_program())
+    before = torch.get_num_threads()
+    try:
+        main(["run", "What is 17 * 23 + 4?", "--threads", "2", "--json"])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_normal_output_shows_only_the_librarys_own_warnings(capsys, monkeypatch):
+    import logging
+    import warnings
+
+    from conductor.cli import configure_logging
+
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.setenv(name, "")  # restored afterwards
+    warnings.simplefilter("always")  # (pytest restores the filters) the same warning twice
+
+    def log_everything():
+        logging.getLogger("conductor.local").warning("converting a model once")
+        logging.getLogger("some_library").warning("library noise")
+        logging.getLogger("LiteLLM").warning("litellm banner")
+        warnings.warn("peft noise", UserWarning, stacklevel=1)
+
+    try:
+        configure_logging(verbose=False)
+        log_everything()
+        quiet = capsys.readouterr().err
+        configure_logging(verbose=True)
+        log_everything()
+        verbose = capsys.readouterr().err
+    finally:
+        configure_logging(verbose=False)
+        logging.captureWarnings(False)
+    assert "converting a model once" in quiet and "noise" not in quiet and "banner" not in quiet
+    assert "library noise" in verbose and "litellm banner" in verbose, verbose
