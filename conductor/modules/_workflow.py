@@ -19,6 +19,7 @@ import ast
 import json
 import re
 import reprlib
+import threading
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -242,8 +243,18 @@ def _end_of_value(text: str, start: int) -> int | None:
     return None
 
 
+_LITERAL_EVAL_LOCK = threading.Lock()
+"""CPython 3.11's AST constructor isn't safe across threads (gh-106905: ``SystemError: AST constructor recursion depth
+mismatch`` under a busy server), so one thread at a time reads a Python literal."""
+
+
+def _literal(raw: str) -> object:
+    with _LITERAL_EVAL_LOCK:
+        return ast.literal_eval(raw)
+
+
 def _read_list(raw: str) -> object:
-    for reader in (ast.literal_eval, json.loads):
+    for reader in (_literal, json.loads):
         try:
             return reader(raw)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
