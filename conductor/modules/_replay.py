@@ -1,0 +1,49 @@
+"""``ReplayWorker``: a worker that answers a prompt it has answered before with the same completion.
+
+For experiments that compare workflows over one pool: methods that send a worker the same prompt (the single worker,
+the first sample of a vote, the candidate a checker checks) share one sampled completion, so their scores differ only
+by what the workflows do with it (a paired comparison), and the pool's slow models run once per distinct prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from conductor.modules._worker import Completion, Messages, Worker
+
+
+class ReplayWorker(Worker):
+    """Wraps ``worker`` (same name, description, price and limits); a call with the same messages, ``max_tokens``
+    and ``temperature`` as an earlier one returns that call's completion without calling ``worker``. Failed calls
+    are not kept. Thread-safe; the same prompt sent twice at once may be answered twice."""
+
+    def __init__(self, worker: Worker):
+        super().__init__(
+            worker.name,
+            description=worker.description,
+            price=worker.price,
+            max_tokens=worker.max_tokens,
+            temperature=worker.temperature,
+            timeout_s=worker.timeout_s,
+            retries=worker.retries,
+        )
+        self.worker = worker
+        self._answers: dict[str, Completion] = {}
+        self._lock = threading.Lock()
+
+    def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
+        key = json.dumps([messages, max_tokens, temperature], sort_keys=True)
+        with self._lock:
+            answer = self._answers.get(key)
+        if answer is None:
+            answer = self.worker.complete(messages, max_tokens=max_tokens, temperature=temperature)
+            with self._lock:
+                answer = self._answers.setdefault(key, answer)
+        return answer
+
+    def count_tokens(self, messages: Messages) -> int:
+        return self.worker.count_tokens(messages)
+
+    def close(self) -> None:
+        self.worker.close()

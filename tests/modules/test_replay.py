@@ -1,0 +1,47 @@
+"""``ReplayWorker``: a prompt seen before gets the completion it got, so methods of one experiment share samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.errors import WorkerError
+from conductor.modules import WorkerPool
+from conductor.modules._replay import ReplayWorker
+from conductor.testing import ScriptedWorker
+
+
+def _user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_a_repeated_prompt_is_answered_once() -> None:
+    inner = ScriptedWorker("model", ["first", "second", "third"], description="a model", max_tokens=7)
+    worker = ReplayWorker(inner)
+    assert (worker.name, worker.description, worker.max_tokens) == ("model", "a model", 7)
+    assert worker.complete(_user("q"), max_tokens=5, temperature=0.2).text == "first"
+    assert worker.complete(_user("q"), max_tokens=5, temperature=0.2).text == "first"
+    assert worker.complete(_user("q"), max_tokens=6, temperature=0.2).text == "second"  # another request
+    assert worker.complete(_user("other"), max_tokens=5, temperature=0.2).text == "third"
+    assert inner.calls == 3
+
+
+def test_a_failed_call_is_not_kept() -> None:
+    inner = ScriptedWorker("model", lambda prompt: "ok", fail_times=1)
+    worker = ReplayWorker(inner)
+    with pytest.raises(WorkerError):
+        worker.complete(_user("q"), max_tokens=5, temperature=0.0)
+    assert worker.complete(_user("q"), max_tokens=5, temperature=0.0).text == "ok"
+    assert inner.calls == 2
+
+
+def test_pool_configs_opt_in_per_worker() -> None:
+    pool = WorkerPool.from_config(
+        {
+            "workers": [
+                {"name": "c", "kind": "tool", "tool": "calculator", "replay": True},
+                {"name": "v", "kind": "tool", "tool": "vote"},
+            ]
+        }
+    )
+    assert isinstance(pool[0], ReplayWorker) and not isinstance(pool[1], ReplayWorker)
+    assert pool[0].complete(_user("2+3"), max_tokens=10, temperature=0.0).text == "5"
