@@ -1,6 +1,13 @@
 """Workflows, workers and pools, the executor and the Conductor module."""
 
-from conductor.modules._answer import extract_answer
+from conductor.modules._answer import (
+    bare_answer,
+    choice_index,
+    extract_answer,
+    format_options,
+    normalise,
+    option_labels,
+)
 from conductor.modules._conductor import AskRevision, Conductor, ConductorReply
 from conductor.modules._config import ConductorConfig
 from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace, Usage
@@ -44,10 +51,15 @@ __all__ = [
     "Workflow",
     "WorkflowAdapter",
     "as_worker",
+    "bare_answer",
     "chat_request",
+    "choice_index",
     "disable_tracing",
     "enable_tracing",
     "extract_answer",
+    "format_options",
+    "normalise",
+    "option_labels",
     "register_worker_kind",
     "render_trace_html",
     "run_python",

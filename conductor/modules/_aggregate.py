@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conductor.errors import CodeTimeout, ToolInputError
-from conductor.modules._answer import extract_answer
+from conductor.modules._answer import choice_index, extract_answer, normalise
 from conductor.modules._calculator import calculate, extract_expression
 from conductor.modules._prompts import _TITLES
 from conductor.modules._sandbox import Isolation, extract_code, run_python
@@ -34,7 +34,6 @@ _CONTEXT = f"\n\n{_TITLES['context']}:\n"
 _SUBTASK = f"\n\n{_TITLES['subtask']}:\n"
 _STEP = re.compile(r"(?:^|\n\n)Step (\d+) \(Model (\d+)\) subtask: ")
 _OPTION = re.compile(r"^[ \t]*\(?([A-Z])[.)][ \t]+(\S.*?)[ \t]*$", re.M)
-_DECORATION = "*_`'\" \t\n"
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -90,31 +89,6 @@ def options(task: str) -> list[str]:
     return next((run for run in reversed(runs) if len(run) >= 2), [])
 
 
-def _normal(text: str) -> str:
-    return " ".join(text.split()).casefold().rstrip(".").rstrip()
-
-
-def named_option(response: str, choices: Sequence[str]) -> int | None:
-    """The option a response names, or None: its answer (the last "Answer:" line, else all of it) as an option's
-    text, as a label alone or leading ("B", "(B)", "B. text"), "answer is B" / "option B" anywhere, or else the one
-    option whose text the answer contains."""
-    labels = "".join(chr(ord("A") + i) for i in range(len(choices)))
-    answer = extract_answer(response).strip(_DECORATION)
-    texts = [_normal(choice) for choice in choices]
-    if _normal(answer) in texts:
-        return texts.index(_normal(answer))
-    leading = re.match(rf"\(?([{labels}])\)?(?:[.):\]]|$)", answer)
-    if leading and len(_OPTION.findall(answer)) < 2:  # not the options echoed
-        return labels.index(leading[1])
-    stated = re.findall(rf"\b(?i:answer|option|choice)(?:\s+is)?\s*[:=-]?\s*\(?([{labels}])\)?(?!\w)", response)
-    if stated:
-        return labels.index(stated[-1])
-    reply = _normal(answer)
-    inside = [i for i, text in enumerate(texts) if text and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", reply)]
-    outermost = [i for i in inside if not any(i != j and texts[i] in texts[j] for j in inside)]
-    return outermost[0] if len(outermost) == 1 else None
-
-
 def closest_option(response: str, choices: Sequence[str]) -> int | None:
     """The option whose words the response shares most of (as a share of the option's words), or None on a tie or
     when it shares none: how a checker maps free text that names no option onto one."""
@@ -135,11 +109,11 @@ def answer_key(response: str, choices: Sequence[str]) -> Hashable | None:
     """What a response votes for: the option it names (by index) when the task has options, else the last number of
     its answer, else its answer's text without case or spacing; None if it gives no answer."""
     if choices:
-        return named_option(response, choices)
+        return choice_index(response, choices)
     value = extract_answer(response, float)
     if isinstance(value, int | float):
         return _number(value)
-    return _normal(extract_answer(response)) or None
+    return normalise(extract_answer(response)) or None
 
 
 def _label(index: int) -> str:
@@ -275,7 +249,7 @@ class Checker:
 
     @staticmethod
     def option(responses: Sequence[str], choices: Sequence[str]) -> str:
-        picked = next((i for r in reversed(responses) if (i := named_option(r, choices)) is not None), None)
+        picked = next((i for r in reversed(responses) if (i := choice_index(r, choices)) is not None), None)
         if picked is None:
             picked = closest_option(responses[-1], choices)
         if picked is None:

@@ -1,11 +1,15 @@
-"""Turn the last step's response into the value of the user's output field."""
+"""Read answers out of responses: the value of the user's output field, and which lettered option a reply picks
+(shared by the benchmark metrics and the checker tool)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 _ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*[:=]\s*(?P<answer>.+?)\s*$", re.I | re.M)
+_SPACES = re.compile(r"\s+")
+_DECORATION = "*_`'\" \t\n"
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
 
 
@@ -25,3 +29,57 @@ def extract_answer(text: str, annotation: Any = str) -> Any:
         word = answer.lower().strip(" .!")
         return True if word.startswith(("yes", "true")) else False if word.startswith(("no", "false")) else answer
     return answer
+
+
+def bare_answer(text: str) -> str:
+    """The reply's answer (its last "Answer:" line, else all of it) without the markdown decoration around it."""
+    return extract_answer(text).strip(_DECORATION)
+
+
+def normalise(text: str) -> str:
+    """Text as compared for exact match: trimmed, case-folded, inner spaces collapsed, trailing full stops dropped."""
+    return _SPACES.sub(" ", text.strip()).casefold().rstrip(".").rstrip()
+
+
+def option_labels(count: int) -> list[str]:
+    """Labels for ``count`` options: letters A, B, ... up to 26 options, numbers 1, 2, ... beyond."""
+    return [chr(ord("A") + i) for i in range(count)] if count <= 26 else [str(i + 1) for i in range(count)]
+
+
+def format_options(options: Sequence[str]) -> str:
+    """The options as lines "A. text", to append to a question."""
+    return "\n".join(f"{label}. {option}" for label, option in zip(option_labels(len(options)), options, strict=True))
+
+
+def _label_pattern(labels: Sequence[str]) -> str:
+    alternatives = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
+    return rf"(?:{alternatives})"
+
+
+def choice_index(text: str, options: Sequence[str]) -> int | None:
+    """Which of ``options`` (labelled by ``option_labels``) the reply picks, or None if it picks none clearly.
+
+    Looks at the reply's answer (its last "Answer:" line, else all of it) and accepts, in this order: an option's
+    exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text", but not the first of
+    several lines that list options, as a model echoing the question writes them); a label after
+    "answer is", "option" or "choice" anywhere in the reply (the last one wins); the one option whose text the
+    answer contains (an option inside a longer contained one doesn't count).
+    """
+    labels = option_labels(len(options))
+    answer = bare_answer(text)
+    reply = normalise(answer)
+    normalised = [normalise(option) for option in options]
+    if reply in normalised:
+        return normalised.index(reply)
+    label = _label_pattern(labels)
+    alone = re.fullmatch(rf"\(?({label})\)?[.):]?", answer, re.IGNORECASE)
+    listed = {m.upper() for m in re.findall(rf"(?m)^\s*\(?({label})\)?[.):\]]", answer)}
+    leading = alone or (len(listed) < 2 and re.match(rf"\(?({label})\)?[.):\]]", answer))  # not an echoed list
+    if leading:
+        return labels.index(leading.group(1).upper())
+    stated = re.findall(rf"\b(?i:answer|option|choice)(?:\s+is)?\s*[:=-]?\s*\(?({label})\)?(?!\w)", text)
+    if stated:
+        return labels.index(stated[-1])
+    contained = {option for option in normalised if re.search(rf"(?<!\w){re.escape(option)}(?!\w)", reply)}
+    outermost = [o for o in contained if not any(o != other and o in other for other in contained)]
+    return normalised.index(outermost[0]) if len(outermost) == 1 else None

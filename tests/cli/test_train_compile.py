@@ -112,7 +112,9 @@ def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, cap
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
 
     capsys.readouterr()
-    assert main(["eval", str(run / "program"), "--trust-code", "--config", str(config), "--split", "train", "--json"]) == 0
+    assert (
+        main(["eval", str(run / "program"), "--trust-code", "--config", str(config), "--split", "train", "--json"]) == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
     by_family = result["by_family"]

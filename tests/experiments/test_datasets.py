@@ -30,7 +30,6 @@ from conductor.experiments.datasets import (
     Package,
     bigbench_metric,
     cache_dir,
-    choice_index,
     example_id,
     fetch,
     gsm8k_metric,
@@ -46,6 +45,7 @@ from conductor.experiments.datasets import (
     mmlu_metric,
     split,
 )
+from conductor.modules import choice_index
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

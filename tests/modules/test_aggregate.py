@@ -7,12 +7,11 @@ import re
 import pytest
 
 from conductor.errors import ToolInputError
-from conductor.modules import WorkerPool
+from conductor.modules import WorkerPool, choice_index
 from conductor.modules._aggregate import (
     CheckWorker,
     VoteWorker,
     function_tests,
-    named_option,
     options,
     parse_prompt,
     vote,
@@ -91,9 +90,9 @@ def test_options_are_the_last_lettered_run() -> None:
     assert options("A. only one option") == []
 
 
-def test_named_option_ignores_an_echoed_option_list() -> None:
-    assert named_option("A. green\nB. blue\nC. red", ["green", "blue", "red"]) is None
-    assert named_option("The answer is C", ["green", "blue", "red"]) == 2
+def test_an_echoed_option_list_names_no_option() -> None:
+    assert choice_index("A. green\nB. blue\nC. red", ["green", "blue", "red"]) is None
+    assert choice_index("The answer is C", ["green", "blue", "red"]) == 2
 
 
 def test_check_picks_the_option_the_latest_candidate_names() -> None:

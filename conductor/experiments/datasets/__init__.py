@@ -24,7 +24,6 @@ from conductor.experiments.datasets._local_files import BadRow, DataFile, FileRo
 from conductor.experiments.datasets._metrics import (
     BUILTIN_METRICS,
     answer_text,
-    choice_index,
     choice_metric,
     exact_match,
     exact_metric,
@@ -51,7 +50,6 @@ __all__ = [
     "answer_text",
     "bigbench_metric",
     "cache_dir",
-    "choice_index",
     "choice_metric",
     "completed_program",
     "exact_match",

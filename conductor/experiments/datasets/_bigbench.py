@@ -18,7 +18,8 @@ import dspy
 from conductor.errors import ConfigError
 from conductor.experiments.datasets._cache import Package, extract_tree
 from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import answer_text, choice_index, exact_match, format_options
+from conductor.experiments.datasets._metrics import answer_text, exact_match
+from conductor.modules import choice_index, format_options
 
 BIGBENCH = Package(
     "bigbench",

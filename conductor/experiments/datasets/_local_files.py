@@ -21,7 +21,7 @@ import pydantic
 from conductor.errors import ConfigError, MissingDependency
 from conductor.experiments.datasets._cache import cache_dir
 from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import format_options, option_labels
+from conductor.modules import format_options, option_labels
 
 logger = logging.getLogger(__name__)
 
