@@ -1,14 +1,18 @@
 """Scripted stand-ins for tests and examples: a conductor LM and workers whose answers you decide.
 
 ``scripted_lm`` is a real ``dspy.LM`` behind a custom DSPy engine, so code under test takes exactly the path a
-real model takes; ``ScriptedWorker`` is a ``Worker`` that can also fail, hang and count its calls.
+real model takes; ``ScriptedWorker`` is a ``Worker`` that can also fail, hang and count its calls; ``openai_stub``
+is a local OpenAI-compatible chat server with a set latency, for API workers without a provider.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dspy
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
@@ -119,3 +123,72 @@ class ScriptedWorker(Worker):
     def prompts(self) -> list[str]:
         """The last user message of every call."""
         return [m[-1]["content"] for m in self.messages]
+
+
+class OpenAIStub:
+    """What an ``openai_stub`` server saw: its ``api_base``, the requests it answered, and the most it had in flight."""
+
+    def __init__(self, latency_s: float):
+        self.latency_s = latency_s
+        self.api_base = ""
+        self.requests = 0
+        self.most_in_flight = 0
+        self.starts: list[float] = []  # time.monotonic() of each request's arrival
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    def answer(self, body: dict) -> dict:
+        """Answer one chat request after the latency, counting it."""
+        with self._lock:
+            self.requests += 1
+            self._in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self._in_flight)
+            self.starts.append(time.monotonic())
+        try:
+            time.sleep(self.latency_s)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        text = f"echo: {body['messages'][-1]['content']}"[:200]
+        return {
+            "id": f"stub-{self.requests}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "stub"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+
+@contextlib.contextmanager
+def openai_stub(latency_s: float = 0.05) -> Iterator[OpenAIStub]:
+    """A local OpenAI-compatible ``/v1/chat/completions`` server (one thread per request) that answers ``"echo: <last
+    message>"`` after ``latency_s``; use it as ``dspy.LM("openai/stub", api_base=stub.api_base, api_key="x")``."""
+    stub = OpenAIStub(latency_s)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+            reply = json.dumps(stub.answer(body)).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # the default backlog of 5 resets connections that arrive together
+
+    server = Server(("127.0.0.1", 0), Handler)
+    stub.api_base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stub
+    finally:
+        server.shutdown()
+        server.server_close()

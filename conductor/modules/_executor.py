@@ -532,12 +532,13 @@ class Executor:
             with attempt:
                 trace.attempts += 1
                 try:
-                    completion = _call_with_timeout(
-                        lambda: worker.complete_step(
-                            step.inputs, step.messages, max_tokens=max_tokens, temperature=worker.temperature
-                        ),
-                        worker,
-                    )
+                    with worker.limits.turn():  # the wait for a turn is not part of the call's timeout
+                        completion = _call_with_timeout(
+                            lambda: worker.complete_step(
+                                step.inputs, step.messages, max_tokens=max_tokens, temperature=worker.temperature
+                            ),
+                            worker,
+                        )
                 except WorkerError as exc:
                     if exc.retryable:  # an error that would repeat says nothing about the worker's health
                         self.health.record_failure(worker.name)

@@ -57,6 +57,9 @@ class WorkerSpec(pydantic.BaseModel):
     temperature: float = pydantic.Field(0.2, ge=0)
     timeout_s: float = pydantic.Field(120.0, gt=0)
     retries: int = pydantic.Field(2, ge=0)
+    max_concurrency: int | None = pydantic.Field(None, gt=0)  # its calls in flight at once, across runs
+    requests_per_minute: float | None = pydantic.Field(None, gt=0)  # its call starts, evenly spaced
+    cache: bool = False  # `lm` workers: DSPy's cache answers a repeated identical call, at no cost (training)
     api_key_env: str | None = None
     api_base: str | None = None
     fallbacks: list[str] = []
@@ -249,6 +252,8 @@ def _build_worker(spec: WorkerSpec) -> Worker:
         "temperature": spec.temperature,
         "timeout_s": spec.timeout_s,
         "retries": spec.retries,
+        "max_concurrency": spec.max_concurrency,
+        "requests_per_minute": spec.requests_per_minute,
     }
     if spec.description:  # otherwise built-in workers keep their own description
         common["description"] = spec.description
@@ -270,7 +275,7 @@ def _build_worker(spec: WorkerSpec) -> Worker:
 def _api_worker(spec: WorkerSpec, common: dict[str, Any]) -> Worker:
     import dspy
 
-    lm_kwargs: dict[str, Any] = {"cache": False, "num_retries": 0}  # the executor owns retries
+    lm_kwargs: dict[str, Any] = {"cache": spec.cache, "num_retries": 0}  # the executor owns retries
     if spec.api_key_env:
         key = os.environ.get(spec.api_key_env)
         if not key:

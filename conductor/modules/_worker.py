@@ -16,8 +16,10 @@ from typing import Any
 import dspy
 from dspy.lm15 import Config, Message, Request
 from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMInvalidRequestError
+from dspy.utils.usage_tracker import track_usage
 
 from conductor.errors import ConfigError, WorkerError
+from conductor.modules._limits import CallLimits
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +141,8 @@ class Worker(abc.ABC):
     - ``count_tokens`` may over-estimate but should not under-estimate the prompt tokens of ``messages``: the
       executor reserves budget for the prompt it counts, and a call that reports more than its step reserved (prompt
       plus ``max_tokens``, and their cost) stops the run with a budget error.
-    - A worker never retries on its own: retries, backoff and timeouts belong to the executor.
+    - A worker never retries on its own: retries, backoff, timeouts and its ``limits`` (``max_concurrency``,
+      ``requests_per_minute``: the executor waits for a turn before each call) belong to the executor.
     - ``price`` is what its tokens cost, ``None`` when unknown. Tools and in-process models are free by construction
       (the default, ``FREE``); an ``LMWorker`` over an API model is priced from litellm's cost map unless given a
       price. A worker of unknown price can't run under a cost budget (the run ends with a budget error naming it).
@@ -155,6 +158,8 @@ class Worker(abc.ABC):
         temperature: float = 0.2,
         timeout_s: float = 120.0,
         retries: int = 2,
+        max_concurrency: int | None = None,
+        requests_per_minute: float | None = None,
     ):
         if not name:
             raise ValueError("a worker needs a name")
@@ -165,6 +170,8 @@ class Worker(abc.ABC):
         self.temperature = temperature
         self.timeout_s = timeout_s
         self.retries = retries
+        self.limits = CallLimits(max_concurrency, requests_per_minute)
+        """How many of its calls may be in flight and how often one may start, across every run that calls it."""
 
     @abc.abstractmethod
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
@@ -233,14 +240,17 @@ class LMWorker(Worker):
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
         try:
-            response = self.lm(request)
+            with track_usage() as billed:
+                response = self.lm(request)
         except Exception as exc:
             retryable = not isinstance(exc, _PERMANENT_LM_ERRORS)
             raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=retryable) from exc
         usage = response.usage
         input_tokens = (usage.input_tokens if usage else None) or self.count_tokens(messages)
         output_tokens = (usage.output_tokens if usage else None) or 0
-        return Completion(text=response.text or "", input_tokens=input_tokens, output_tokens=output_tokens)
+        # DSPy's cache (``cache: true``, an opt-in for training) answered without calling the provider: nothing billed
+        cached = bool(self.lm.cache) and not billed.usage_data
+        return Completion(response.text or "", input_tokens, output_tokens, cost=0.0 if cached else None)
 
     def count_tokens(self, messages: Messages) -> int:
         return prompt_tokens(self.lm, messages)
