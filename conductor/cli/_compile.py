@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from conductor.cli._common import console, fail, status
+from conductor.cli._eval import add_ray_argument
 from conductor.errors import ConductorError
 from conductor.optimizers import BudgetTuner, ConductorCompiler, WorkflowFewShot
 
@@ -19,7 +20,8 @@ from conductor.optimizers import BudgetTuner, ConductorCompiler, WorkflowFewShot
 def register(commands) -> None:
     parser = commands.add_parser("compile", help="prompt search, GRPO and budgets on a config; print the phase table")
     parser.add_argument("config", metavar="CONFIG", help="a run config (YAML)")
-    parser.add_argument("--threads", type=int, default=1, help="questions evaluated at once")
+    parser.add_argument("--threads", type=int, default=1, help="questions evaluated at once (per Ray task)")
+    add_ray_argument(parser)
     parser.add_argument(
         "--no-test", action="store_true", help="skip scoring the uncompiled and compiled program on the test split"
     )
@@ -31,6 +33,7 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         config = load_run_config(args.config)
+        ray = args.ray or config.ray
         spec = config.compile or CompileSection()
         with status.status("Loading the data, the pool and the conductor…"):
             splits = config.splits()
@@ -63,19 +66,21 @@ def handle(args: argparse.Namespace) -> int:
             min_accuracy=spec.min_accuracy,
             logits_processor=config.grammar(policy, grpo.max_new_tokens) if grpo is not None else None,
             num_threads=args.threads,
+            ray=ray,
+            rollout_setup=config.rollout_setup,
         )
         with status.status(f"Compiling into {config.output_dir} (phases run one after another)…"):
             best = compiler.compile(student, trainset=splits.train, valset=splits.val)
         console.print((config.output_dir / "phases.md").read_text(), markup=False, highlight=False)
         status.print(f"The best program is in {config.output_dir / 'best'}")
         if splits.test and not args.no_test:
-            held_out(config, best, splits.test, threads=args.threads)
+            held_out(config, best, splits.test, threads=args.threads, ray=ray)
     except ConductorError as exc:
         return fail(exc)
     return 0
 
 
-def held_out(config: Any, best: Any, test: list, *, threads: int) -> None:
+def held_out(config: Any, best: Any, test: list, *, threads: int, ray: str | None = None) -> None:
     """Score the program as the config builds it (uncompiled: a fresh policy, since GRPO trained the student's in
     place) and the compiled one on the test split, which no phase saw; write ``held_out.md`` and ``held_out.json``."""
     from conductor.cli._eval import evaluate
@@ -83,8 +88,8 @@ def held_out(config: Any, best: Any, test: list, *, threads: int) -> None:
     with status.status(f"Scoring the uncompiled and the compiled program on {len(test)} held-out questions…"):
         uncompiled = config.conductor(config.policy() if config.program.trainable else None)
         rows = {
-            "uncompiled": evaluate(uncompiled, test, config.metric, threads=threads),
-            "compiled": evaluate(best, test, config.metric, threads=threads),
+            "uncompiled": evaluate(uncompiled, test, config.metric, threads=threads, ray=ray),
+            "compiled": evaluate(best, test, config.metric, threads=threads, ray=ray),
         }
     (config.output_dir / "held_out.json").write_text(json.dumps(rows, indent=2))
     families = sorted({f for r in rows.values() for f in r["by_family"]})

@@ -15,6 +15,7 @@ from rich.table import Table
 from conductor.cli._common import add_trust_argument, console, fail, status
 from conductor.deploy import load_program
 from conductor.errors import ConductorError
+from conductor.optimizers import evaluate_program
 
 
 def register(commands) -> None:
@@ -22,10 +23,22 @@ def register(commands) -> None:
     parser.add_argument("program", metavar="PROGRAM_DIR", help="a saved program folder (e.g. OUTPUT_DIR/program)")
     parser.add_argument("--config", required=True, metavar="CONFIG", help="the run config naming data and metric")
     parser.add_argument("--split", choices=("train", "val", "test"), default="test")
-    parser.add_argument("--threads", type=int, default=1, help="questions run at once")
+    parser.add_argument("--threads", type=int, default=1, help="questions run at once (in each Ray task with --ray)")
+    add_ray_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     add_trust_argument(parser)
     parser.set_defaults(handler=handle)
+
+
+def add_ray_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ray ADDRESS``: score on a Ray cluster, overriding the config's ``ray``."""
+    parser.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="score on a Ray cluster: 'auto' (the one `ray start` runs here), 'local', or ray://HOST:PORT "
+        "(default: the config's `ray`, else in this process)",
+    )
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -37,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
             examples = getattr(config.splits(), args.split)
             program = load_program(args.program, trust_code=args.trust_code)
         with status.status(f"Running {len(examples)} {args.split} questions…"):
-            result = evaluate(program, examples, config.metric, threads=args.threads)
+            result = evaluate(program, examples, config.metric, threads=args.threads, ray=args.ray or config.ray)
     except ConductorError as exc:
         return fail(exc)
     result = {"program": args.program, "split": args.split, **result}
@@ -55,11 +68,14 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate(program: dspy.Module, examples: list[dspy.Example], metric: Any, *, threads: int) -> dict[str, Any]:
-    """Accuracy (the metric's mean; a question that raised scores 0), cost, tokens and format errors per question."""
+def evaluate(
+    program: dspy.Module, examples: list[dspy.Example], metric: Any, *, threads: int, ray: str | None = None
+) -> dict[str, Any]:
+    """Accuracy (the metric's mean; a question that raised scores 0), cost, tokens and format errors per question;
+    with ``ray`` (a cluster address) scored on that cluster (``evaluate_program``)."""
     if not examples:
         raise ConductorError("the split is empty: change data.fractions or data.n")
-    results = dspy.Evaluate(devset=examples, metric=metric, num_threads=threads, failure_score=0.0)(program).results
+    results = evaluate_program(program, examples, metric, threads=threads, ray=ray).results
     n = len(results)
     predictions = [prediction for _, prediction, _ in results]
     errors = [getattr(p, "error", None) for p in predictions]

@@ -2,6 +2,7 @@
 
 from conductor.optimizers._budget import BudgetSpace, BudgetTuner, TunedPoint
 from conductor.optimizers._compiler import ConductorCompiler, PhaseRecord
+from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.optimizers._rewards import Reward, RewardConfig, score
 from conductor.optimizers._warm_start import (
@@ -38,6 +39,7 @@ __all__ = [
     "WarmStartReport",
     "WorkflowFewShot",
     "WorkflowMetric",
+    "evaluate_program",
     "from_predictions",
     "score",
     "synthetic_workflows",

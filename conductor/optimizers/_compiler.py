@@ -24,6 +24,7 @@ from conductor.deploy import load_program, save_program
 from conductor.errors import ConductorError
 from conductor.local import trainable_policy
 from conductor.modules import Conductor
+from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._prompt_search import WorkflowMetric
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class ConductorCompiler(Teleprompter):
         budget_tuner: a ``BudgetTuner`` run last, picking a point by ``max_cost`` / ``min_accuracy``.
         logits_processor: passed to GRPO (e.g. a ``WorkflowConstraint`` factory).
         num_threads: evaluation threads.
+        ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the validation sets are scored there, one
+            task per CPU (``evaluate_program``); ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s
+            ``ray``.)
+        rollout_setup: passed to GRPO: how its rollout actors build policy and program when ``grpo`` has ``ray``.
     """
 
     def __init__(
@@ -77,6 +82,8 @@ class ConductorCompiler(Teleprompter):
         min_accuracy: float | None = None,
         logits_processor: Any = None,
         num_threads: int = 1,
+        ray: str | None = None,
+        rollout_setup: Callable[[], Any] | None = None,
     ):
         super().__init__()
         if rounds < 1:
@@ -90,6 +97,8 @@ class ConductorCompiler(Teleprompter):
         self.max_cost, self.min_accuracy = max_cost, min_accuracy
         self.logits_processor = logits_processor
         self.num_threads = num_threads
+        self.ray = ray
+        self.rollout_setup = rollout_setup
 
     # ---- the recipe ----------------------------------------------------------------------------------------------
     def compile(self, student: Conductor, *, trainset: list, valset: list | None = None, **_: Any) -> Conductor:
@@ -157,7 +166,15 @@ class ConductorCompiler(Teleprompter):
         fields = self.grpo.model_dump() if hasattr(self.grpo, "model_dump") else dict(self.grpo)
         config = GRPOConfig(**{**fields, "output_dir": self.output_dir / f"grpo-{round_}", "resume": True})
         policy = trainable_policy(program.orchestrate.lm)
-        GRPOTrainer(config, policy, program, trainset, self.metric, logits_processor=self.logits_processor).run()
+        GRPOTrainer(
+            config,
+            policy,
+            program,
+            trainset,
+            self.metric,
+            logits_processor=self.logits_processor,
+            rollout_setup=self.rollout_setup,
+        ).run()
         # the policy behind the program's conductor LM was trained in place
         return program, f"the conductor's LoRA weights: {config.steps} GRPO steps (curve in grpo-{round_}/)"
 
@@ -171,9 +188,7 @@ class ConductorCompiler(Teleprompter):
 
     # ---- evaluation, checkpoints, report -------------------------------------------------------------------------
     def _evaluate(self, phase: str, program: Conductor, valset: list, **record: Any) -> PhaseRecord:
-        result = dspy.Evaluate(devset=valset, metric=self.metric, num_threads=self.num_threads, failure_score=0.0)(
-            program
-        )
+        result = evaluate_program(program, valset, self.metric, threads=self.num_threads, ray=self.ray)
         predictions = [prediction for _, prediction, _ in result.results]
         n = max(len(predictions), 1)
         cost = sum(getattr(p, "cost", 0.0) or 0.0 for p in predictions) / n

@@ -9,8 +9,8 @@ prompt it gets at inference and its workflows are read and run exactly as they w
    per step, one by default; with Ray each shard runs in its own actor, ``_actors.py``);
 3. the copy reads each completion (``read_completion``) and runs it (``run_reply``), and ``score`` turns the
    prediction into a reward. Runs go to a thread pool. When the workflow names the conductor (a recursive round),
-   the round's messages (``revision_messages``) get one completion sampled from the policy then and there; the
-   rollout keeps every round's sample.
+   the round's messages (``revision_messages``) get one completion sampled from the policy then and there, under
+   the round's own logits processor (the grammar of a recursive round); the rollout keeps every round's sample.
 
 Everything random is seeded from the run's seed, the step, the shard and the example's place, never from global RNG
 drift or from which process runs a shard, so a resumed run samples what an uninterrupted one would, and a run on Ray
@@ -20,9 +20,9 @@ what one in this process would.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,16 +31,17 @@ from typing import Any
 
 import dspy
 
+from conductor._ray import consecutive_shards
 from conductor.conductor_lm import ConductorLM, LogitsProcessorLike, Sample
-from conductor.modules import Conductor, ConductorReply, RunError, WorkerPool, Workflow
+from conductor.modules import Conductor, ConductorReply, RunError, Usage, WorkerPool, Workflow
 from conductor.optimizers._rewards import Metric, Reward, score
 from conductor.optimizers.grpo._config import GRPOConfig
 
 logger = logging.getLogger(__name__)
 
-ProcessorFactory = Callable[[Conductor], LogitsProcessorLike]
-"""Makes the logits processor for prompts over one pool (e.g. the workflow grammar for ``len(conductor.pool)``
-workers and ``conductor.limits.max_steps`` steps). Called once per pool size; the processor is reused."""
+ProcessorFactory = Callable[[Conductor, int], LogitsProcessorLike]
+"""Makes the logits processor for the prompts of round ``depth`` (0: the first) over one pool (e.g. the workflow
+grammar of that round, ``constraint_factory``). Called once per pool size and round; the processor is reused."""
 
 
 def derive_seed(*keys: int | str) -> int:
@@ -123,12 +124,10 @@ class RolloutBatch:
 def shard_examples(
     examples: Sequence[tuple[int, dspy.Example]], config: GRPOConfig
 ) -> list[list[tuple[int, int, dspy.Example]]]:
-    """A step's ``(index, example)`` pairs as ``config.rollout_workers`` consecutive shards (none empty) of
-    ``(position in the step, index, example)``: fixed by the config, whatever runs them."""
+    """A step's ``(index, example)`` pairs as ``config.rollout_workers`` consecutive shards of ``(position in the
+    step, index, example)``: fixed by the config, whatever runs them."""
     placed = [(position, index, example) for position, (index, example) in enumerate(examples)]
-    count = max(1, min(config.rollout_workers, len(placed)))
-    bounds = [len(placed) * k // count for k in range(count + 1)]
-    return [placed[start:end] for start, end in itertools.pairwise(bounds)]
+    return consecutive_shards(placed, config.rollout_workers)
 
 
 class RolloutCollector:
@@ -147,7 +146,8 @@ class RolloutCollector:
         self.metric = metric
         self.config = config
         self.logits_processor = logits_processor
-        self._processors: dict[int, LogitsProcessorLike] = {}
+        self._processors: dict[tuple[int, int], LogitsProcessorLike] = {}
+        self._processors_lock = threading.Lock()
 
     def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int) -> RolloutBatch:
         """``config.group_size`` rollouts for each ``(index, example)``, shard after shard; an example whose prompt
@@ -204,11 +204,7 @@ class RolloutCollector:
             by_key.setdefault(len(conductor.pool) if self.logits_processor else 0, []).append(i)
         out: list[list[Sample]] = [[] for _ in jobs]
         for key, members in by_key.items():
-            processor = None
-            if self.logits_processor is not None:
-                if key not in self._processors:
-                    self._processors[key] = self.logits_processor(jobs[members[0]][0])
-                processor = self._processors[key]
+            processor = self._processor(jobs[members[0]][0], 0)
             rows = self.policy.sample(
                 [jobs[i][1] for i in members],
                 self.config.group_size,
@@ -221,6 +217,16 @@ class RolloutCollector:
             for i, row in zip(members, rows, strict=True):
                 out[i] = row
         return out
+
+    def _processor(self, conductor: Conductor, depth: int) -> LogitsProcessorLike | None:
+        """The logits processor of round ``depth`` over ``conductor``'s pool, made once (runs ask from threads)."""
+        if self.logits_processor is None:
+            return None
+        with self._processors_lock:
+            key = (len(conductor.pool), depth)
+            if key not in self._processors:
+                self._processors[key] = self.logits_processor(conductor, depth)
+            return self._processors[key]
 
     def _run(
         self,
@@ -244,12 +250,12 @@ class RolloutCollector:
                 temperature=self.config.temperature,
                 top_p=self.config.top_p,
                 seed=derive_seed(self.config.seed, "recurse", *place, depth),
-                # no logits processor: the workflow grammar allows neither empty lists nor the conductor's own id
+                logits_processor=self._processor(conductor, depth),
             )[0]
             samples.append(revision)
-            return conductor.read_completion(revision.text, depth)
+            return conductor.read_completion(revision.text, depth)._replace(usage=_usage(revision))
 
-        reply = conductor.read_completion(sample.text)
+        reply = conductor.read_completion(sample.text)._replace(usage=_usage(sample))
         prediction = conductor.run_reply(question, reply, ask_revision=ask_revision)
         reward = score(example, prediction, self.metric, self.config.reward)
         error = prediction.error
@@ -261,3 +267,9 @@ class RolloutCollector:
             answer=prediction.response,
             error=None if error is None else str(error),
         )
+
+
+def _usage(sample: Sample) -> Usage:
+    """What the policy spent on ``sample``: its tokens count in the run like an API conductor's (a local model is
+    free)."""
+    return Usage(len(sample.prompt_ids), len(sample.token_ids))
