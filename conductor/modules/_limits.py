@@ -32,6 +32,10 @@ class CallLimits:
         self._next_start = 0.0
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its settings (a saved DSPy program, a Ray actor's copy): a copy's slots start free."""
+        return type(self), (self.max_concurrency, self.requests_per_minute)
+
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
         """Wait for a free slot and for the next start time, then hold the slot while the call runs."""
