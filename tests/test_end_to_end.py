@@ -29,9 +29,9 @@ def test_smollm2_conductor_plans_and_the_local_pool_runs_it(pool):
     assert prediction.trace and all(step.output is not None for step in prediction.trace)
     first = prediction.trace[0]
     assert first.prompt_tokens > 0 and first.completion_tokens <= pool[first.worker_index].max_tokens
-    assert prediction.answer and prediction.tokens == sum(
-        s.prompt_tokens + s.completion_tokens for s in prediction.trace
-    )
+    steps = sum(s.prompt_tokens + s.completion_tokens for s in prediction.trace)
+    assert prediction.conductor_usage.prompt_tokens > 0  # the conductor's own call counts too
+    assert prediction.answer and prediction.tokens == steps + prediction.conductor_usage.tokens
 
 
 def test_a_workflow_over_a_real_local_model_and_a_tool(pool):
