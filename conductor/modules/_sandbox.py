@@ -321,24 +321,6 @@ def _exit_note(returncode: int, stderr: str, cpu_s: int, memory_mb: int) -> str:
     return tail or f"[exit status {returncode}]"
 
 
-def _exit_note(returncode: int, stderr: str, cpu_s: int, memory_mb: int) -> str:
-    """What to say, after the output, about a program that failed: the end of its traceback, or how it was killed."""
-    tail = "\n".join(stderr.rstrip().splitlines()[-_STDERR_TAIL_LINES:])[-_STDERR_TAIL_CHARS:]
-    if returncode < 0:
-        number = -returncode
-        name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
-        if number == signal.SIGXCPU:
-            reason = f"killed: CPU time limit ({cpu_s} s)"
-        elif number in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
-            reason = f"killed by {name} (possibly the memory limit of {memory_mb} MB)"
-        else:
-            reason = f"killed by {name}"
-        return f"{tail}\n{reason}" if tail else reason
-    if "MemoryError" in tail:
-        return f"{tail}\n(memory limit: {memory_mb} MB)"
-    return tail or f"[exit status {returncode}]"
-
-
 def run_python(
     code: str,
     *,
