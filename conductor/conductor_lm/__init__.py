@@ -20,6 +20,7 @@ from conductor.conductor_lm._grammar import (  # noqa: E402
     constrain_for,
     constrain_program,
     constraint_factory,
+    round_format,
     workflow_grammar,
 )
 from conductor.conductor_lm._model import ConductorLM, LoraSpec  # noqa: E402
@@ -39,5 +40,6 @@ __all__ = [
     "constrain_for",
     "constrain_program",
     "constraint_factory",
+    "round_format",
     "workflow_grammar",
 ]

@@ -14,6 +14,11 @@ control characters, and whose index lists increase::
 
 then end-of-sequence. Equal list lengths are enforced by one alternative per length (``root ::= wf1 | wf2 | ...``).
 
+For a recursive conductor (``Conductor.max_depth > 0``) each round has its grammar (``round_format``): while a round is
+left, the last of two or more steps may name the conductor itself (worker ``n_workers``, ``conductor_step``); in a
+recursive round the lists may be empty (``allow_empty``: keep the previous answer), written
+``model_id = []\nsubtasks = []\naccess_list = []``.
+
 Strings are bounded in UTF-8 *bytes* as written between the quotes, not in characters: every token of a byte-level
 tokenizer covers at least one byte, so a byte bound is what bounds the tokens of a completion (``max_tokens``), and
 ``fit`` picks the subtask bound from a ``max_new_tokens`` budget so that no sample is ever cut short. xgrammar's
@@ -86,6 +91,10 @@ class WorkflowFormat:
     (lower-case, as ``Workflow.parse`` normalises them). ``max_subtask_bytes`` and ``max_reasoning_bytes`` bound the
     strings in UTF-8 bytes as written (so ``\\"`` counts 2); subtasks and reasoning must start with a non-blank
     character, so ``Workflow.validate`` never finds an empty one.
+
+    ``conductor_step`` lets the last step of two or more name worker ``n_workers``, the conductor itself (a recursive
+    round follows); ``allow_empty`` allows the workflow of no steps (a recursive round keeping the previous answer),
+    without a ``roles`` line, as ``Workflow.to_text`` writes it.
     """
 
     n_workers: int
@@ -95,6 +104,8 @@ class WorkflowFormat:
     reasoning: bool = False
     max_subtask_bytes: int = 200
     max_reasoning_bytes: int = 400
+    conductor_step: bool = False
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         if self.roles is not None:
@@ -124,17 +135,23 @@ class WorkflowFormat:
 
     def grammar(self) -> str:
         """The grammar in xgrammar's EBNF (GBNF-like), root rule ``root``."""
-        rules = ["root ::= " + " | ".join(f"wf{n}" for n in range(1, self.max_steps + 1))]
-        for n in range(1, self.max_steps + 1):
+        lengths = range(0 if self.allow_empty else 1, self.max_steps + 1)
+        rules = ["root ::= " + " | ".join(f"wf{n}" for n in lengths)]
+        for n in lengths:
             parts = ['"reasoning = " reasoning "\\n"'] if self.reasoning else []
-            parts.append(_list("model_id", ["worker"] * n, first=True))
+            workers = ["worker"] * n
+            if self.conductor_step and n > 1:
+                workers[-1] = "last_worker"
+            parts.append(_list("model_id", workers, first=True))
             parts.append(_list("subtasks", ["subtask"] * n))
             access = ["access"] * n if self.access == "binary" else [f"access{i}" for i in range(n)]
             parts.append(_list("access_list", access))
-            if self.roles is not None:
+            if self.roles is not None and n:
                 parts.append(_list("roles", ["role"] * n))
             rules.append(f"wf{n} ::= " + " ".join(parts))
         rules.append("worker ::= " + " | ".join(json.dumps(str(w)) for w in range(self.n_workers)))
+        if self.conductor_step and self.max_steps > 1:
+            rules.append(f'last_worker ::= worker | "{self.n_workers}"')
         if self.roles is not None:
             literals = (json.dumps(json.dumps(r, ensure_ascii=False), ensure_ascii=False) for r in self.roles)
             rules.append("role ::= " + " | ".join(literals))
@@ -160,6 +177,8 @@ class WorkflowFormat:
             if self.access == "indices" and len(json.dumps(list(range(i)))) > len('"all"'):
                 access = tuple(range(i))
             steps.append(Step(self.n_workers - 1, "x" * self.max_subtask_bytes, access, role))
+        if self.conductor_step and self.max_steps > 1:  # the conductor's id has at least as many digits
+            steps[-1] = replace(steps[-1], worker=self.n_workers)
         return Workflow(tuple(steps), "x" * self.max_reasoning_bytes if self.reasoning else "")
 
     def max_tokens(self) -> int:
@@ -181,7 +200,7 @@ class WorkflowFormat:
 def _list(name: str, items: list[str], *, first: bool = False) -> str:
     """The EBNF of one line ``name = [item, item, ...]``, after a newline unless it is the ``first``."""
     head = json.dumps(("" if first else "\n") + f"{name} = [")
-    return " ".join([head, ' ", " '.join(items), '"]"'])
+    return " ".join([head, *([' ", " '.join(items)] if items else []), '"]"'])
 
 
 def _access_rules(max_steps: int | None) -> list[str]:
@@ -215,6 +234,8 @@ def workflow_grammar(
     reasoning: bool = False,
     max_subtask_bytes: int = 200,
     max_reasoning_bytes: int = 400,
+    conductor_step: bool = False,
+    allow_empty: bool = False,
 ) -> str:
     """The xgrammar EBNF of ``WorkflowFormat(...)`` (see there)."""
     return WorkflowFormat(
@@ -225,6 +246,8 @@ def workflow_grammar(
         reasoning=reasoning,
         max_subtask_bytes=max_subtask_bytes,
         max_reasoning_bytes=max_reasoning_bytes,
+        conductor_step=conductor_step,
+        allow_empty=allow_empty,
     ).grammar()
 
 
@@ -339,33 +362,68 @@ class WorkflowConstraint(LogitsProcessor):
         return scores
 
 
-def constrain_for(policy: Any, n_workers: int, max_steps: int, max_new_tokens: int) -> WorkflowConstraint:
-    """The constraint for a pool of ``n_workers`` and ``max_steps``, with strings sized so that any valid workflow
-    fits in ``max_new_tokens`` of ``policy`` (a ``ConductorLM``)."""
-    form = WorkflowFormat(n_workers, max_steps).fit(max_new_tokens)
+def round_format(conductor: Any, depth: int = 0) -> WorkflowFormat:
+    """What ``conductor`` (a ``Conductor``) may write in round ``depth`` (0: the first): its pool and step limit, its
+    own id while a recursive round is left, and the empty lists that keep the answer in a recursive round."""
+    return WorkflowFormat(
+        len(conductor.pool),
+        conductor.limits.max_steps,
+        conductor_step=depth < conductor.max_depth,
+        allow_empty=depth > 0,
+    )
+
+
+def constrain_for(
+    policy: Any,
+    n_workers: int,
+    max_steps: int,
+    max_new_tokens: int,
+    *,
+    conductor_step: bool = False,
+    allow_empty: bool = False,
+) -> WorkflowConstraint:
+    """The constraint for a pool of ``n_workers`` and ``max_steps`` (and ``WorkflowFormat``'s ``conductor_step`` and
+    ``allow_empty``), with strings sized so that any valid workflow fits in ``max_new_tokens`` of ``policy`` (a
+    ``ConductorLM``)."""
+    form = WorkflowFormat(n_workers, max_steps, conductor_step=conductor_step, allow_empty=allow_empty)
+    return _constraint(policy, form, max_new_tokens)
+
+
+def _constraint(policy: Any, form: WorkflowFormat, max_new_tokens: int) -> WorkflowConstraint:
+    """``form``'s constraint for ``policy``, its strings sized to ``max_new_tokens``."""
     return WorkflowConstraint(
-        policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
+        policy.tokenizer,
+        form.fit(max_new_tokens),
+        stop_token_ids=sorted(policy.eos_ids),
+        vocab_size=policy.model.config.vocab_size,
     )
 
 
 def constrain_program(program: Any) -> None:
     """Give ``program``'s conductor LM (a ``ConductorLM.as_dspy_lm()``) the workflow grammar of the program's pool
-    and step limit, with strings sized to the LM's ``max_tokens``: the LM is built again from its policy, with the
-    same options and the grammar as its logits processor."""
+    and limits, with strings sized to the LM's ``max_tokens``: the LM is built again from its policy, with the same
+    options and the grammar as its logits processor.
+
+    A recursive program (``max_depth > 0``) gets one LM per predictor: ``orchestrate``'s grammar (the first round)
+    has the conductor's own id, ``revise``'s (the recursive rounds) also the empty lists, and the conductor's id only
+    when a second recursive round may follow (``max_depth > 1``); there, the last round's validation refuses the id.
+    """
     lm = program.orchestrate.lm
     policy = trainable_policy(lm)
-    if program.max_depth:
-        raise ConfigError(
-            "a recursive conductor (max_depth > 0) can't decode under the workflow grammar yet: the grammar has "
-            "neither the conductor's own id nor the empty lists that keep an answer; let it write freely"
-        )
     if policy is None:
         raise ConfigError("only a local or trained conductor (ConductorLM.as_dspy_lm) decodes under the grammar")
-    grammar = constraint_factory(policy, lm.kwargs["max_tokens"])(program)
+    grammar = constraint_factory(policy, lm.kwargs["max_tokens"])
     options = {**lm.kwargs, "cache": lm.cache, "num_retries": lm.num_retries}
-    program.orchestrate.lm = policy.as_dspy_lm(logits_processor=grammar, on_sample=lm.engine.on_sample, **options)
+
+    def constrained(depth: int) -> Any:
+        return policy.as_dspy_lm(logits_processor=grammar(program, depth), on_sample=lm.engine.on_sample, **options)
+
+    program.orchestrate.lm = constrained(0)
+    if program.max_depth:
+        program.revise.lm = constrained(1)
 
 
 def constraint_factory(policy: Any, max_new_tokens: int) -> Any:
-    """What ``GRPOTrainer`` and ``ConductorCompiler`` take as ``logits_processor``: a conductor -> its constraint."""
-    return lambda conductor: constrain_for(policy, len(conductor.pool), conductor.limits.max_steps, max_new_tokens)
+    """What ``GRPOTrainer`` and ``ConductorCompiler`` take as ``logits_processor``: ``(conductor, round)`` -> the
+    constraint of that round (``round_format``)."""
+    return lambda conductor, depth=0: _constraint(policy, round_format(conductor, depth), max_new_tokens)

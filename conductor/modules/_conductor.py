@@ -147,7 +147,7 @@ class Conductor(PoolProgram):
             raise ConfigError(f"max_depth must be at least 0, not {depth}")
         self._max_depth = depth
         if depth and "revise" not in self.__dict__:
-            self.revise = dspy.Predict(Revise)
+            self.revise = ConductorPredict(Revise)
         elif not depth:
             self.__dict__.pop("revise", None)
 

@@ -24,6 +24,10 @@ ROLES = ("plan", "solve", "check")
 FORMATS = {
     "binary": WorkflowFormat(3, 3, max_subtask_bytes=40),
     "rich": WorkflowFormat(4, 5, roles=ROLES, access="indices", reasoning=True, max_subtask_bytes=40),
+    "recursive": WorkflowFormat(3, 3, max_subtask_bytes=40, conductor_step=True, allow_empty=True),
+    "recursive rich": WorkflowFormat(
+        4, 3, roles=ROLES, access="indices", reasoning=True, max_subtask_bytes=40, conductor_step=True, allow_empty=True
+    ),
 }
 
 
@@ -50,14 +54,14 @@ def texts(max_bytes: int) -> st.SearchStrategy[str]:
 @st.composite
 def workflows(draw: st.DrawFn, fmt: WorkflowFormat) -> Workflow:
     steps = []
-    for i in range(draw(st.integers(1, fmt.max_steps))):
+    n = draw(st.integers(0 if fmt.allow_empty else 1, fmt.max_steps))
+    for i in range(n):
         access = st.just("all") | st.just(())
         if fmt.access == "indices":
             access |= st.sets(st.integers(0, i - 1), max_size=i).map(lambda s: tuple(sorted(s))) if i else st.just(())
         role = st.sampled_from(fmt.roles) if fmt.roles else st.none()
-        steps.append(
-            Step(draw(st.integers(0, fmt.n_workers - 1)), draw(texts(fmt.max_subtask_bytes)), draw(access), draw(role))
-        )
+        last = fmt.n_workers if fmt.conductor_step and i == n - 1 > 0 else fmt.n_workers - 1  # the conductor's id
+        steps.append(Step(draw(st.integers(0, last)), draw(texts(fmt.max_subtask_bytes)), draw(access), draw(role)))
     reasoning = draw(texts(fmt.max_reasoning_bytes)) if fmt.reasoning else ""
     return Workflow(tuple(steps), reasoning)
 
@@ -70,7 +74,8 @@ def test_the_grammar_accepts_every_valid_workflow_in_canonical_form(
 ) -> None:
     fmt = FORMATS[name]
     workflow = data.draw(workflows(fmt))
-    workflow.validate(fmt.n_workers, Limits(max_steps=fmt.max_steps), set(ROLES))
+    n_workers = fmt.n_workers + fmt.conductor_step
+    workflow.validate(n_workers, Limits(max_steps=fmt.max_steps, allow_empty=fmt.allow_empty), set(ROLES))
     assert constraints[name].accepts(workflow.to_text())
 
 
@@ -123,6 +128,34 @@ def test_the_grammar_rejects_invalid_workflows(
 ) -> None:
     assert constraints[name].accepts(BINARY if name == "binary" else RICH)
     assert not constraints[name].accepts(text)
+
+
+EMPTY = "model_id = []\nsubtasks = []\naccess_list = []"
+CALLS_ITSELF = BINARY.replace("[0, 2]", "[0, 3]")
+"""Model 3 is the conductor of a three-worker pool."""
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "accepted"),
+    [
+        ("recursive", EMPTY, True),
+        ("recursive", CALLS_ITSELF, True),
+        ("recursive", 'model_id = [0, 1, 3]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], "all", "all"]', True),
+        ("binary", EMPTY, False),  # only with allow_empty
+        ("binary", CALLS_ITSELF, False),  # only with conductor_step
+        ("recursive", CALLS_ITSELF.replace("[0, 3]", "[3, 0]"), False),  # only the last step
+        ("recursive", 'model_id = [3]\nsubtasks = ["Go"]\naccess_list = [[]]', False),  # after another step
+        ("recursive", CALLS_ITSELF.replace("[0, 3]", "[0, 4]"), False),
+        ("recursive", EMPTY.replace("[]", "[ ]", 1), False),
+        ("recursive rich", 'reasoning = "Keep it."\n' + EMPTY, True),
+        ("recursive rich", EMPTY, False),  # reasoning is still required
+        ("recursive rich", 'reasoning = "Keep it."\n' + EMPTY + "\nroles = []", False),  # as to_text: no roles line
+    ],
+)
+def test_the_recursive_grammar_has_the_conductors_id_last_and_the_empty_lists(
+    constraints: dict[str, WorkflowConstraint], name: str, text: str, accepted: bool
+) -> None:
+    assert constraints[name].accepts(text) is accepted
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -205,7 +238,7 @@ def test_constrained_sampling_writes_only_runnable_workflows(tiny: ConductorLM) 
 
 
 @needs_xgrammar
-def test_constrain_program_fits_the_pool_and_refuses_what_the_grammar_cannot_express(tiny: ConductorLM) -> None:
+def test_constrain_program_gives_each_round_its_grammar(tiny: ConductorLM) -> None:
     from conductor.conductor_lm import constrain_program
     from conductor.modules import Conductor, WorkerPool
     from conductor.testing import ScriptedWorker
@@ -219,10 +252,47 @@ def test_constrain_program_fits_the_pool_and_refuses_what_the_grammar_cannot_exp
     assert constrained.engine.logits_processor.format == WorkflowFormat(2, 2).fit(96)
     assert lm.engine.logits_processor is None  # the LM is built again with the grammar, not patched
     assert constrained.kwargs == lm.kwargs and constrained.engine.on_sample == seen.append
-    with pytest.raises(ConfigError, match="recursive conductor"):
-        constrain_program(Conductor(pool, tiny.as_dspy_lm(max_tokens=96), max_depth=1))
     with pytest.raises(ConfigError, match="only a local or trained conductor"):
         constrain_program(Conductor(pool, max_steps=2))
+
+    recursive = Conductor(pool, tiny.as_dspy_lm(max_tokens=96, temperature=1.0), max_steps=2, max_depth=1)
+    constrain_program(recursive)
+    first, revise = (recursive.orchestrate.lm.engine, recursive.revise.lm.engine)
+    assert first.logits_processor.format == WorkflowFormat(2, 2, conductor_step=True).fit(96)
+    assert revise.logits_processor.format == WorkflowFormat(2, 2, allow_empty=True).fit(96)
+    for question in ("What is 2 + 2?", "Name a prime.", "Sort [3, 1, 2].", "Spell cat."):
+        prediction = recursive(question=question)
+        rounds = prediction.rounds or [prediction]
+        assert all(r.error is None for r in rounds), [str(r.error) for r in rounds]
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("max_depth", [0, 1])
+def test_each_round_samples_only_workflows_it_may_run(tiny: ConductorLM, max_depth: int) -> None:
+    from conductor.conductor_lm import constraint_factory
+    from conductor.modules import Conductor, WorkerPool
+    from conductor.testing import ScriptedWorker
+
+    pool = WorkerPool([ScriptedWorker(name, lambda p: "1") for name in ("a", "b", "c")])
+    program = Conductor(pool, max_steps=3, max_depth=max_depth)
+    grammar = constraint_factory(tiny, 96)
+    prompts = [program.prompt_messages(q) for q in ("What is 2 + 2?", "Name a prime.", "Sort [3, 1, 2].")]
+    workers = []
+    for depth in range(max_depth + 1):
+        rows = tiny.sample(prompts, 8, max_new_tokens=96, seed=depth, logits_processor=grammar(program, depth))
+        for sample in (s for row in rows for s in row):
+            assert sample.finish_reason == "stop"
+            reply = program.read_completion(sample.text, depth)
+            assert reply.error is None, f"round {depth}: {reply.error}\n{sample.text}"
+            workers.append((depth, [step.worker for step in reply.workflow.steps]))
+    own_id = len(pool)
+    assert all(own_id not in chosen for depth, chosen in workers if depth == max_depth)
+    if max_depth:  # the seeds sample both: the conductor's own id first, then keeping the answer
+        assert any(chosen[-1:] == [own_id] for depth, chosen in workers if depth == 0)
+        assert any(not chosen for depth, chosen in workers if depth == 1)
+    calls_itself = Workflow((Step(0, "Go", ()), Step(own_id, "Check", "all"))).to_text()
+    assert grammar(program, max_depth).accepts(calls_itself) is False
+    assert grammar(program, 0).accepts(calls_itself) is bool(max_depth)
 
 
 CONDUCTOR_PROMPT = """You coordinate three workers, Model 0, Model 1 and Model 2. Split the question into steps: \

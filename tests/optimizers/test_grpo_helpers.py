@@ -71,8 +71,9 @@ class Choice:
 
 
 def choice(policy: ConductorLM, texts: list[str] | None = None) -> Any:
-    """A ``ProcessorFactory`` giving every pool a ``Choice`` among ``texts`` (default: right, wrong, broken)."""
-    return lambda conductor: Choice(policy, texts or [RIGHT, WRONG, BROKEN])
+    """A ``ProcessorFactory`` giving every pool and round a ``Choice`` among ``texts`` (default: right, wrong,
+    broken)."""
+    return lambda conductor, depth: Choice(policy, texts or [RIGHT, WRONG, BROKEN])
 
 
 def pool(**kwargs: Any) -> WorkerPool:

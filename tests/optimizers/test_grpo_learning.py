@@ -99,7 +99,7 @@ def test_grpo_learns_which_worker_answers_each_family(policy: ConductorLM, tmp_p
     program.orchestrate.signature = program.orchestrate.signature.with_instructions("Write a workflow.")
     form = WorkflowFormat(len(pool), 1, max_subtask_bytes=1)
 
-    def constraint(_: Conductor | None = None) -> WorkflowConstraint:
+    def constraint(_: Conductor | None = None, depth: int = 0) -> WorkflowConstraint:
         return WorkflowConstraint(
             policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
         )
