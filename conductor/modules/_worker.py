@@ -7,6 +7,7 @@ served in-process, or a Python tool. The executor only ever talks to this interf
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import logging
 import math
@@ -49,6 +50,7 @@ FREE = Price()
 """The price of tools and in-process models: they cost no money."""
 
 
+@functools.cache  # the local cost map doesn't change in a process; the conductor asks for its price on every call
 def litellm_price(model: str) -> Price | None:
     """The price litellm's cost map lists for the litellm model string ``model`` (the package's local copy of the map),
     or ``None`` when it lists none. Models with tiered prices are priced at their first tier."""
@@ -239,8 +241,11 @@ class LMWorker(Worker):
 
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
+        # Only with DSPy's cache on (``cache: true``, an opt-in for training) can a call go unbilled: a cache hit
+        # records no usage, so the tracker is kept just then, off the hot path of every other call.
+        tracking = track_usage() if self.lm.cache else contextlib.nullcontext()
         try:
-            with track_usage() as billed:
+            with tracking as billed:
                 response = self.lm(request)
         except Exception as exc:
             retryable = not isinstance(exc, _PERMANENT_LM_ERRORS)
@@ -248,8 +253,7 @@ class LMWorker(Worker):
         usage = response.usage
         input_tokens = (usage.input_tokens if usage else None) or self.count_tokens(messages)
         output_tokens = (usage.output_tokens if usage else None) or 0
-        # DSPy's cache (``cache: true``, an opt-in for training) answered without calling the provider: nothing billed
-        cached = bool(self.lm.cache) and not billed.usage_data
+        cached = billed is not None and not billed.usage_data  # DSPy's cache answered: the provider billed nothing
         return Completion(response.text or "", input_tokens, output_tokens, cost=0.0 if cached else None)
 
     def count_tokens(self, messages: Messages) -> int:
