@@ -188,6 +188,9 @@ class Conductor(PoolProgram):
             workflow = Workflow.parse(completion)
         except WorkflowError as exc:
             return ConductorReply(None, completion, RunError("format", str(exc)))
+        return self._checked(workflow, completion, depth)
+
+    def _checked(self, workflow: Workflow, completion: str, depth: int) -> ConductorReply:
         problems = self.workflow_problems(workflow, depth)
         if problems:
             return ConductorReply(None, completion, RunError("format", str(WorkflowError(problems))))
@@ -277,7 +280,11 @@ class Conductor(PoolProgram):
             except LMError as exc:  # no key, no connection, a provider's refusal: not the question's fault
                 model = getattr(lm, "model", lm)
                 raise ConductorError(f"the conductor LM {model!r} failed: {str(exc).splitlines()[0]}") from exc
-        reply = self.read_completion(adapter.completion, depth)._replace(usage=_usage(tracker, price))
+        if adapter.workflow is not None:  # parsed already: the adapter had to, to give DSPy the output fields
+            reply = self._checked(adapter.workflow, adapter.completion, depth)
+        else:
+            reply = self.read_completion(adapter.completion, depth)
+        reply = reply._replace(usage=_usage(tracker, price))
         if reply.workflow is None and trace is not None:
             del trace[traced:]  # a workflow that can't run (an unknown worker) must not become an optimizer's demo
         return reply

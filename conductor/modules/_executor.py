@@ -40,7 +40,7 @@ import tenacity
 from dspy.utils.callback import with_callbacks
 
 from conductor.errors import BudgetExceeded, ConfigError, WorkerError, WorkerTimeout
-from conductor.modules import _tracing
+from conductor.modules import _threads, _tracing
 from conductor.modules._failover import WorkerHealth, route
 from conductor.modules._pool import WorkerPool
 from conductor.modules._prompts import WorkerPromptAdapter
@@ -549,30 +549,17 @@ class Executor:
 
 
 def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Completion:
-    """Run ``call`` in a daemon thread and give up after the worker's timeout. A Python thread can't be killed, so
+    """Run ``call`` on a daemon thread and give up after the worker's timeout. A Python thread can't be killed, so
     a hung call is abandoned (daemon: it won't keep the process alive); tools that run code kill their own process."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread below
-            box["error"] = exc
-
-    # The thread runs in a copy of the caller's context, so dspy.context settings and the current span reach it.
-    thread = threading.Thread(
-        target=contextvars.copy_context().run, args=(target,), name=f"worker-{worker.name}", daemon=True
-    )
-    thread.start()
-    thread.join(worker.timeout_s)
-    if thread.is_alive():
+    future = _threads.submit(call)
+    if not wait([future], timeout=worker.timeout_s).done:
         raise WorkerTimeout(f"{worker.name} did not answer within {worker.timeout_s:g} s")
-    if "error" in box:
-        error = box["error"]
-        if isinstance(error, WorkerError):
-            raise error
-        raise WorkerError(f"{worker.name}: {type(error).__name__}: {error}") from error
-    return box["value"]  # type: ignore[return-value]
+    try:
+        return future.result()
+    except WorkerError:
+        raise
+    except Exception as exc:
+        raise WorkerError(f"{worker.name}: {type(exc).__name__}: {exc}") from exc
 
 
 class _StepFailed(Exception):

@@ -62,10 +62,12 @@ class WorkerPromptAdapter(dspy.Adapter):
 
 
 class WorkflowAdapter(dspy.Adapter):
-    """``Orchestrate`` as plain text in, the paper's list format out. ``completion`` keeps the last raw text parsed,
-    so use one adapter per call when calls run concurrently."""
+    """``Orchestrate`` as plain text in, the paper's list format out. ``completion`` and ``workflow`` keep the last
+    raw text parsed and what it parsed into (None if it didn't), so use one adapter per call when calls run
+    concurrently."""
 
     completion = ""
+    workflow: Workflow | None = None
 
     def format(self, signature, demos, inputs):
         system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{_FORMAT_EXAMPLE}"
@@ -77,12 +79,12 @@ class WorkflowAdapter(dspy.Adapter):
         return messages
 
     def parse(self, signature, completion):
-        self.completion = completion
+        self.completion, self.workflow = completion, None
         try:
-            workflow = Workflow.parse(completion)
+            self.workflow = Workflow.parse(completion)
         except WorkflowError as exc:
             raise AdapterParseError(type(self).__name__, signature, completion, message=str(exc)) from exc
-        return workflow_fields(workflow)
+        return workflow_fields(self.workflow)
 
 
 _FORMAT_EXAMPLE = Workflow.from_lists(
