@@ -1,18 +1,19 @@
 """How many requests a second does the HTTP server answer, and how much time does it add over the workers' own?
 
-The server runs in its own process (``conductor.deploy.create_app`` under uvicorn on 127.0.0.1, a free port): a
-scripted program whose conductor LM answers at once with a two-step workflow, and whose two workers each sleep a
-fixed 20 ms. This process only generates load: for each concurrency level (16, 32, 64 by default) it sends
-``--requests`` requests that many at a time with aiohttp, and prints how many were lost (no response) or failed (not a
-200 with the right answer), the throughput, and p50/p99 of each request's latency minus its workers' own time (the
-steps' ``latency_s``). The same overhead for direct ``program(...)`` calls, one at a time and before any load, tells
-the library's part from the server's. The load average is printed: on a shared machine it moves every figure.
+The server runs in its own processes (``conductor.deploy.create_app`` under uvicorn on 127.0.0.1, a free port;
+``--processes N`` share one listening socket, as ``conductor serve --workers N`` does): a scripted program whose
+conductor LM answers at once with a two-step workflow, and whose two workers each sleep a fixed 20 ms. This process
+only generates load: for each concurrency level (16, 32, 64 by default) it sends ``--requests`` requests that many
+at a time with aiohttp, and prints how many were lost (no response) or failed (not a 200 with the right answer), the
+throughput, and p50/p99 of each request's latency minus its workers' own time (the steps' ``latency_s``). The same
+overhead for direct ``program(...)`` calls, one at a time and before any load, tells the library's part from the
+server's. The load average is printed: on a shared machine it moves every figure.
 
 Why aiohttp (installed with litellm) and not httpx: on this machine an httpx ``AsyncClient`` alone managed 77, 62 and
 51 requests/s against the server's trivial ``GET /health`` at 16, 32 and 64 connections, where aiohttp managed 613,
 609 and 403; with httpx, the client was what this benchmark measured.
 
-    .venv/bin/python benchmarks/server_load.py [--requests 400] [--concurrency 16 32 64] [--threads 64]
+    .venv/bin/python benchmarks/server_load.py [--requests 400] [--concurrency 16 32 64] [--threads 64] [--processes 1]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import statistics
 import time
 
 import aiohttp
+
+from conductor.cli._serve import listening_socket
 
 WORKER_DELAY_S = 0.020
 WORKFLOW = 'model_id = [0, 1]\nsubtasks = ["plan it", "solve it"]\naccess_list = [[], "all"]'
@@ -44,8 +47,8 @@ def scripted_program():
     return Conductor(pool, scripted_lm(lambda _: WORKFLOW))
 
 
-def serve(threads: int, ports: multiprocessing.Queue) -> None:
-    """The server process: serve the scripted program and report the port uvicorn bound."""
+def serve(threads: int, sock, ready: multiprocessing.Queue) -> None:
+    """A server process: serve the scripted program on ``sock``, the listening socket every server process shares."""
     import logging
 
     import uvicorn
@@ -54,13 +57,13 @@ def serve(threads: int, ports: multiprocessing.Queue) -> None:
 
     logging.getLogger("conductor").setLevel(logging.ERROR)  # the open-server warning, once per process
     app = create_app(scripted_program(), model="bench", concurrency=threads, request_timeout_s=60.0)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=60))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=60))
 
     async def run() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:
             await asyncio.sleep(0.01)
-        ports.put(server.servers[0].sockets[0].getsockname()[1])
+        ready.put(True)
         await task
 
     asyncio.run(run())
@@ -116,18 +119,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400, help="per concurrency level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32, 64])
-    parser.add_argument("--threads", type=int, default=64, help="the server's run threads (create_app concurrency)")
+    parser.add_argument("--threads", type=int, default=64, help="run threads per server process (create_app's)")
+    parser.add_argument("--processes", type=int, default=1, help="server processes (conductor serve --workers)")
     args = parser.parse_args()
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}   cores: {os.cpu_count()}")
     direct = direct_overheads(50)
     spawn = multiprocessing.get_context("spawn")
-    ports = spawn.Queue()
-    server = spawn.Process(target=serve, args=(args.threads, ports), daemon=True)
-    server.start()
+    sock = listening_socket("127.0.0.1", 0)  # conductor serve's: made so that connections get TCP_NODELAY
+    port, ready = sock.getsockname()[1], spawn.Queue()
+    servers = [
+        spawn.Process(target=serve, args=(args.threads, sock, ready), daemon=True) for _ in range(args.processes)
+    ]
+    for server in servers:
+        server.start()
     try:
-        url = f"http://127.0.0.1:{ports.get(timeout=120)}/v1/chat/completions"
-        print(f"workers sleep {WORKER_DELAY_S * 1000:.0f} ms/step, 2 steps; server: {args.threads} run threads")
+        for _ in servers:
+            ready.get(timeout=120)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        print(
+            f"workers sleep {WORKER_DELAY_S * 1000:.0f} ms/step, 2 steps; "
+            f"server: {args.processes} process(es) of {args.threads} run threads"
+        )
         print(f"direct program(...) calls, 1 at a time, overhead:   {percentiles_ms(direct)}")
         for concurrency in args.concurrency:
             overheads, lost, failed, wall = asyncio.run(load(url, args.requests, concurrency))
@@ -137,8 +150,9 @@ def main() -> None:
                 f"(ok {len(overheads)}, lost {lost}, failed {failed})"
             )
     finally:
-        server.terminate()
-        server.join(10)
+        for server in servers:
+            server.terminate()
+            server.join(10)
     print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

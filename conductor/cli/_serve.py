@@ -4,16 +4,24 @@ OpenAI-compatible HTTP API (uvicorn).
 With ``--keys FILE`` (see ``conductor keys add``) only holders of a key get in; the audit log (SQLite) defaults to
 ``audit/<model>.sqlite`` in the user's data folder (``$XDG_DATA_HOME/dspy-conductor``, else
 ``~/.local/share/dspy-conductor``): never inside the installed package, and kept when the program is saved again.
+
+A run holds one interpreter's GIL for the CPU part of its work, so one process serves a few hundred requests a
+second at most; ``--workers N`` serves from N processes (uvicorn's, on one socket), each loading the program, all
+writing one audit log and one spend ledger (SQLite, whose locking keeps them consistent).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
+import socket
 from pathlib import Path
+from typing import Any
 
 from conductor._files import data_dir
-from conductor.cli._common import add_threads_argument, add_trust_argument, fail, status
+from conductor.cli._common import add_threads_argument, add_trust_argument, at_least, fail, status
 from conductor.deploy import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -24,7 +32,7 @@ from conductor.deploy import (
     import_serving,
     load_program,
 )
-from conductor.errors import ConductorError
+from conductor.errors import ConductorError, ConfigError
 
 
 def register(commands) -> None:
@@ -37,7 +45,8 @@ def register(commands) -> None:
     parser.add_argument("--model", default=None, help="the model id clients see (default: the folder's name)")
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="seconds per request")
-    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="runs at once")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="runs at once per process")
+    parser.add_argument("--workers", type=at_least(1), default=1, metavar="N", help="server processes (default: 1)")
     parser.add_argument("--keys", metavar="FILE", help="API keys file (YAML/JSON); without one the server is open")
     parser.add_argument(
         "--audit-db", metavar="FILE", help="the audit log and spend ledger (default: in the user's data folder)"
@@ -51,33 +60,94 @@ def register(commands) -> None:
     parser.set_defaults(handler=handle)
 
 
+_SETTINGS = "CONDUCTOR_SERVE_SETTINGS"
+"""The environment variable that hands ``serve``'s settings to the processes of ``--workers N``."""
+
+
 def handle(args: argparse.Namespace) -> int:
     folder = Path(args.dir or TRAINED_PROGRAM).expanduser().absolute()
+    model = args.model or folder.name
+    settings = {
+        "folder": str(folder),
+        "trust_code": args.trust_code,
+        "model": model,
+        "max_request_bytes": args.max_request_bytes,
+        "request_timeout_s": args.timeout,
+        "concurrency": args.concurrency,
+        "keys": args.keys,
+        "audit_db": str(args.audit_db or data_dir("audit", re.sub(r"[^\w.-]", "_", model) + ".sqlite")),
+        "audit_questions": args.audit_questions,
+        "sensitive_fields": args.redact,
+    }
     try:
         uvicorn = import_serving("uvicorn")
-        with status.status("Loading the program…"):
-            program = load_program(folder, trust_code=args.trust_code)
+        with status.status("Loading the program…"):  # with --workers too: a bad folder fails here, once
+            program, app = _app(settings)
     except ConductorError as exc:
         return fail(exc)
+    status.print(f"Serving {model!r} at http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)")
+    status.print(f"Audit log: {settings['audit_db']}", markup=False)
+    where = {"host": args.host, "port": args.port, "log_level": "info" if args.verbose else "warning"}
+    if args.workers > 1:  # each process loads its own program: this one only checked the folder
+        program.pool.close()
+        del program, app
+        os.environ[_SETTINGS] = json.dumps(settings)
+        config = uvicorn.Config(f"{__name__}:app_from_environment", factory=True, workers=args.workers, **where)
+        from uvicorn.supervisors import Multiprocess
+
+        with listening_socket(args.host, args.port) as sock:
+            Multiprocess(config, sockets=[sock]).run()
+        return 0
     try:
-        model = args.model or folder.name
-        audit_db = args.audit_db or data_dir("audit", re.sub(r"[^\w.-]", "_", model) + ".sqlite")
-        app = create_app(
-            program,
-            model=model,
-            max_request_bytes=args.max_request_bytes,
-            request_timeout_s=args.timeout,
-            concurrency=args.concurrency,
-            keys=KeyStore.from_file(args.keys, workers=program.pool.names) if args.keys else None,
-            audit_db=audit_db,
-            audit_questions=args.audit_questions,
-            sensitive_fields=args.redact,
-        )
-        status.print(f"Serving {model!r} at http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)")
-        status.print(f"Audit log: {audit_db}", markup=False)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
-    except ConductorError as exc:
-        return fail(exc)
+        uvicorn.run(app, **where)
     finally:
         program.pool.close()
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The TCP socket the ``--workers`` processes share, made as asyncio makes its own (``getaddrinfo``'s protocol,
+    so accepted connections get TCP_NODELAY). uvicorn's ``--workers`` binds one with protocol 0, which leaves Nagle's
+    algorithm on: about 40 ms more per keep-alive request on Linux (Kludex/uvicorn#3149)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"can't listen on {host}:{port}: {exc.strerror}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"can't listen on {host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def app_from_environment():
+    """The app of one ``--workers`` process, from the settings ``handle`` left in the environment."""
+    return _app(json.loads(os.environ[_SETTINGS]))[1]
+
+
+def _app(settings: dict[str, Any]):
+    """``(program, app)`` for ``settings``."""
+    program = load_program(Path(settings["folder"]), trust_code=settings["trust_code"])
+    try:
+        keys = settings["keys"]
+        app = create_app(
+            program,
+            model=settings["model"],
+            max_request_bytes=settings["max_request_bytes"],
+            request_timeout_s=settings["request_timeout_s"],
+            concurrency=settings["concurrency"],
+            keys=KeyStore.from_file(keys, workers=program.pool.names) if keys else None,
+            audit_db=settings["audit_db"],
+            audit_questions=settings["audit_questions"],
+            sensitive_fields=settings["sensitive_fields"],
+        )
+    except BaseException:
+        program.pool.close()
+        raise
+    return program, app

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -173,7 +174,7 @@ def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_da
     program = compiled_program()
     assert main(["serve"]) == 0
     assert seen["folder"] == TRAINED_PROGRAM and seen["model"] == "local-routing"
-    assert seen["audit_db"] == tmp_path / "dspy-conductor" / "audit" / "local-routing.sqlite"
+    assert Path(seen["audit_db"]) == tmp_path / "dspy-conductor" / "audit" / "local-routing.sqlite"
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])
