@@ -1,34 +1,39 @@
-"""GRPO teaches the real SmolLM2 conductor which worker answers which kind of task (slow: loads the embedded model).
+"""The real SmolLM2 conductor learns a workflow per task family, one of them two steps long, from rewards alone
+(slow: loads the embedded model).
 
-The pool holds K=2 scripted workers and the data K task families ("Spell ... backwards", "Add ... and ..."); each
-family is answered right by one worker only, a different one per family. Workflows have one step and a one-byte
-subtask under the workflow grammar, so a completion is about 25 tokens and the only real choice in it is the worker
-id.
+Pool: three scripted workers. Worker 0 reverses the quoted word of the task, worker 1 adds its two numbers, worker 2
+writes the latest earlier answer it is shown in capitals (alone it has none, and says so). Families, each answered
+right only by its own workflow:
 
-The probability that the conductor picks the right worker is measured by sampling (32 samples per family at
-temperature 1, under the same grammar) on questions of each family that training never shows, before and after a
-fixed 20 steps. Before, it is about 1/K and below the bar for some family (checked, so the test can fail); after, it
-must be at least 0.8 for *every* family, not on average.
+- "Spell 'cat' backwards." : a last step on worker 0;
+- "Add 3 and 5." : a last step on worker 1 (or worker 1 then worker 2: capitals change no digit);
+- "Shout 'cat' backwards, in capitals." : two steps, worker 0 then worker 2 with access to step 0.
 
-What keeps the signal alive (a prototype with 4 completions per group lost it in a few steps): every step holds one
-example of each family (batch_size = K over a K-example trainset), so the update can't get far by just preferring
-one id: a push towards one family's worker is undone by the other's; 8 completions per group; reward 0 rather than
-0.5 for "valid but wrong"; per-family evaluation. A cosine schedule stops AdamW's momentum from moving the weights
-on once the groups score alike (their gradient is 0).
+Workflows have at most two steps and one-byte subtasks under the workflow grammar, so a completion is about 30 tokens
+whose choices are the step count, the workers and the access lists.
 
-With three workers and three families (adding "Capitalise ...", lr 3e-3, ~20 s a step) it did not get there:
-after 5 steps "Capitalise" questions went to their worker 4-21% of the time, and at step 9 two groups all scored 1
-and one all scored 0 (mean reward 0.67, gradient 0), so no group carried any signal.
+Training sees nothing but the metric's reward (the exact answer) on 4 questions a family:
 
-Measured on the 2-core machine with 2 torch threads: 3 min 46 s in all (about 5-14 s a training step, less once
-groups score alike; each evaluation about 20 s). P(right worker) went from 0.69 (spell) and 0.34 (add) before to
-1.00 and 0.875 after. With seed=1 instead of 0 (not what runs here): 1.00 and 1.00 after, in 3 min 30 s. At lr 3e-3
-(the setting before groups shared their prompt in sampling, which changed the random draws) seed 0 collapsed at
-step 6 to one worker for both families (0.0 and 1.0 after); 2e-3 met the bar on both seeds tried.
+1. expert iteration: the untrained conductor samples 32 workflows per question, the library keeps those that scored
+   (``from_predictions``), the same number per family, and ``warm_start`` fine-tunes on them;
+2. GRPO with 16 workflows per group, one question of each family per step.
+
+The measure is the share of sampled workflows (temperature 1, under the grammar) that answer right, per family, on
+questions training never shows. Before, it is below the bar for some family (checked, so the test can fail); after,
+it must be at least 0.8 for *every* family, not on average.
+
+Why this recipe (measured on the 2-core machine, December 2026): GRPO alone, from the untrained conductor or after
+a warm start on random workflows, learned two families and never the third: its right workflow was sampled about 3
+times in 100, so its groups all scored 0 and carried no gradient (rewards stuck at 0.67). Expert iteration on the
+samples that scored, unbalanced, taught mostly the family that scored most often ("add": 90 of 103 kept workflows).
+Balanced per family (8 each), 40 warm-start steps brought every family to 0.28-0.5 right, still with little
+difference between families; 8 GRPO steps then took them to 0.69 / 0.53 / 0.91 (spell / add / shout), each family
+now on its own workflow, so the test runs 20.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +48,7 @@ import dspy  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
 from conductor.modules import Conductor, WorkerPool  # noqa: E402
+from conductor.optimizers import WarmStartConfig, from_predictions, warm_start  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
@@ -50,30 +56,46 @@ from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock"]
+WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock", "moon", "star", "leaf", "wolf"]
 FAMILIES = {
-    "spell": (lambda i: f"Spell '{WORDS[i]}' backwards.", r"Spell '(\w+)' backwards", lambda m: m[1][::-1]),
-    "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", r"Add (\d+) and (\d+)", lambda m: str(int(m[1]) + int(m[2]))),
+    "spell": (lambda i: f"Spell '{WORDS[i]}' backwards.", lambda i: WORDS[i][::-1]),
+    "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", lambda i: str(3 * i + 8)),
+    "shout": (lambda i: f"Shout '{WORDS[i]}' backwards, in capitals.", lambda i: WORDS[i][::-1].upper()),
 }
-RIGHT_WORKER = {"spell": 0, "add": 1}
-"""Which worker id answers each family right."""
-STEPS = 20
-SAMPLES = 32
-"""Samples per family for each probability estimate."""
+TRAINED_ON = range(4)
+UNSEEN = range(8, 12)
+SAMPLES = 8
+"""Workflows sampled per unseen question for each estimate (32 a family)."""
 BAR = 0.8
 
 
-def solve(family: str, prompt: str) -> str:
-    """The right answer to ``family``'s question in a worker prompt, or a wrong one for another family's."""
-    pattern, answer = FAMILIES[family][1:]
-    match = re.search(pattern, prompt.split("Your subtask")[0])  # the overall task, not the conductor's subtask
-    return answer(match) if match else "I can't do that."
+def task(prompt: str) -> str:
+    """The overall task in a worker prompt, without the earlier steps or the conductor's subtask."""
+    return prompt.split("Your subtask")[0].split("response:")[0]
+
+
+def reverse(prompt: str) -> str:
+    match = re.search(r"'(\w+)'", task(prompt))
+    return match[1][::-1] if match else "I can't do that."
+
+
+def add(prompt: str) -> str:
+    match = re.search(r"Add (\d+) and (\d+)", task(prompt))
+    return str(int(match[1]) + int(match[2])) if match else "I can't do that."
+
+
+def shout(prompt: str) -> str:
+    earlier = re.findall(r"response:\n(.*)", prompt)
+    return earlier[-1].strip().upper() if earlier else "I have nothing to shout."
 
 
 def example(family: str, i: int) -> dspy.Example:
-    question = FAMILIES[family][0](i)
-    answer = solve(family, question)
-    return dspy.Example(question=question, answer=answer, family=family).with_inputs("question")
+    question, answer = FAMILIES[family]
+    return dspy.Example(question=question(i), answer=answer(i), family=family).with_inputs("question")
+
+
+def right(example: dspy.Example, prediction: dspy.Prediction) -> bool:
+    return prediction.answer == example.answer
 
 
 @pytest.fixture(scope="module")
@@ -89,64 +111,76 @@ def two_threads() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def test_grpo_learns_which_worker_answers_each_family(policy: ConductorLM, tmp_path: Path, two_threads: None) -> None:
-    families = list(FAMILIES)
-    workers = [None] * len(families)
-    for family in families:
-        workers[RIGHT_WORKER[family]] = ScriptedWorker(f"worker{RIGHT_WORKER[family]}", lambda p, f=family: solve(f, p))
-    pool = WorkerPool(workers)
-    program = Conductor(pool, max_steps=1, fallback="none")
+def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
+    policy: ConductorLM, tmp_path: Path, two_threads: None
+) -> None:
+    pool = WorkerPool([ScriptedWorker("reverse", reverse), ScriptedWorker("add", add), ScriptedWorker("shout", shout)])
+    program = Conductor(pool, max_steps=2, fallback="none")
     program.orchestrate.signature = program.orchestrate.signature.with_instructions("Write a workflow.")
-    form = WorkflowFormat(len(pool), 1, max_subtask_bytes=1)
+    form = WorkflowFormat(len(pool), 2, max_subtask_bytes=1)
 
     def constraint(_: Conductor | None = None, depth: int = 0) -> WorkflowConstraint:
         return WorkflowConstraint(
             policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
         )
 
-    evaluation = {f: [example(f, i).question for i in range(4, 8)] for f in families}  # never trained on
     sampler = constraint()
 
-    def p_right(seed: int) -> dict[str, float]:
-        """Per family, the share of sampled workflows that send its questions to its own worker."""
+    def rollouts(examples: list[dspy.Example], n: int, seed: int) -> list[tuple[dspy.Example, dspy.Prediction]]:
+        """``n`` sampled workflows per example, each run on the pool."""
+        rows = policy.sample(
+            [program.prompt_messages(e.question) for e in examples],
+            n,
+            max_new_tokens=form.max_tokens(),
+            temperature=1.0,
+            seed=seed,
+            logits_processor=sampler,
+        )
+        return [
+            (e, program.run_reply(e.question, program.read_completion(s.text)))
+            for e, row in zip(examples, rows, strict=True)
+            for s in row
+        ]
+
+    def share_right(seed: int) -> dict[str, float]:
         out = {}
-        for family, questions in evaluation.items():
-            rows = policy.sample(
-                [program.prompt_messages(q) for q in questions],
-                SAMPLES // len(questions),
-                max_new_tokens=form.max_tokens(),
-                temperature=1.0,
-                seed=seed,
-                logits_processor=sampler,
-            )
-            picks = [int(re.search(r"model_id = \[(\d+)\]", s.text)[1]) for row in rows for s in row]
-            out[family] = sum(p == RIGHT_WORKER[family] for p in picks) / len(picks)
+        for family in FAMILIES:
+            runs = rollouts([example(family, i) for i in UNSEEN], SAMPLES, seed)
+            out[family] = sum(right(e, p) for e, p in runs) / len(runs)
         return out
 
-    before = p_right(seed=1)
-    assert min(before.values()) < BAR, f"the untrained conductor already routes well: {before}"
+    before = share_right(seed=1)
+    assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
 
+    trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
+    runs = rollouts(trainset, 32, seed=0)
+    kept = {
+        f: from_predictions(*zip(*[(e, p) for e, p in runs if e.family == f], strict=True), right) for f in FAMILIES
+    }
+    assert all(kept.values()), f"some family never scored in 128 samples: { {f: len(k) for f, k in kept.items()} }"
+    pairs = [pair for family in FAMILIES for pair in itertools.islice(itertools.cycle(kept[family]), 8)]
+    warm_start(policy, program, pairs, WarmStartConfig(steps=40, batch_size=4, lr=1e-3))
+    warmed = share_right(seed=2)
+
+    steps = 20
     config = GRPOConfig(
         output_dir=tmp_path,
-        steps=STEPS,
-        batch_size=len(families),  # one example per family, every step
-        group_size=8,
-        lr=2e-3,
+        steps=steps,
+        batch_size=len(FAMILIES),
+        balance_by="family",  # one question of each family every step
+        group_size=16,
+        lr=5e-4,
         schedule="cosine",
         warmup_ratio=0.0,
         max_new_tokens=form.max_tokens(),
         randomise_pool=False,
-        checkpoint_every=STEPS,
+        checkpoint_every=steps,
         reward=RewardConfig(wrong=0.0),
         progress=False,
     )
-    trainset = [example(f, 0) for f in families]
-    trainer = GRPOTrainer(
-        config, policy, program, trainset, lambda e, p: e.answer == p.answer, logits_processor=constraint
-    )
-    history = trainer.run()
+    history = GRPOTrainer(config, policy, program, trainset, right, logits_processor=constraint).run()
 
-    after = p_right(seed=2)
+    after = share_right(seed=3)
     rewards = [round(h["reward"], 2) for h in history]
-    print(f"P(right worker) before {before}, after {after}; mean reward by step {rewards}")
-    assert all(p >= BAR for p in after.values()), f"before {before}, after {after}; rewards by step {rewards}"
+    print(f"share right before {before}, after the warm start {warmed}, after GRPO {after}; rewards {rewards}")
+    assert all(p >= BAR for p in after.values()), f"before {before}, warm {warmed}, after {after}; rewards {rewards}"
