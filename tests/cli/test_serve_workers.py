@@ -79,5 +79,5 @@ def test_the_shared_socket_is_tcp_so_connections_get_nodelay_and_a_taken_port_is
     with listening_socket("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP  # asyncio sets TCP_NODELAY only on sockets that say so
         sock.listen()
-        with pytest.raises(ConfigError, match="can't listen on 127.0.0.1:"):
+        with pytest.raises(ConfigError, match=r"can't listen on 127\.0\.0\.1:"):
             listening_socket("127.0.0.1", sock.getsockname()[1])
