@@ -558,7 +558,7 @@ def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Comple
         return future.result()
     except WorkerError:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # the call's own, even SystemExit: it ends the step, never the caller's thread
         raise WorkerError(f"{worker.name}: {type(exc).__name__}: {exc}") from exc
 
 

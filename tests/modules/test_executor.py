@@ -140,6 +140,15 @@ def test_an_error_that_would_repeat_is_not_retried():
     assert worker.calls == 1 and "failed after 1 attempts" in result.error.message
 
 
+def test_a_worker_that_calls_sys_exit_fails_its_step_not_the_caller():
+    def leave(_):
+        raise SystemExit(3)
+
+    worker = ScriptedWorker("quitter", leave, retries=0)
+    result = Executor(pool_of(worker), sleep=no_sleep).run(Workflow((Step(0, "go"),)), "t")
+    assert result.answer is None and "quitter: SystemExit: 3" in result.error.message
+
+
 # ---- parallel steps ----------------------------------------------------------------------------------------------
 class Concurrency:
     """A script that sleeps while it answers and records how many calls overlapped."""
