@@ -211,3 +211,13 @@ def test_baselines_hold_ordinary_workflows_and_role_predictors_optimizers_see():
     program = MixtureOfAgents(pool_of(), aggregator=1)
     assert Workflow.parse(program.workflow.to_text()) == program.workflow
     assert "roles['aggregate']" in [name for name, _ in program.named_predictors()]
+
+
+def test_a_fixed_rule_method_without_its_rule_cannot_be_built():
+    from conductor.modules.baselines._base import WorkflowProgram
+
+    class Unfinished(WorkflowProgram):
+        pass
+
+    with pytest.raises(TypeError, match="abstract method workflow_for"):
+        Unfinished(pool_of())

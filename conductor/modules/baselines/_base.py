@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import dspy
@@ -12,13 +13,17 @@ from conductor.modules._program import PoolProgram
 from conductor.modules._workflow import Limits, Workflow
 
 
-class WorkflowProgram(PoolProgram):
+class _AbstractModuleMeta(type(dspy.Module), abc.ABCMeta):
+    """``dspy.Module``'s metaclass with ``abc``'s, so a module can have abstract methods."""
+
+
+class WorkflowProgram(PoolProgram, metaclass=_AbstractModuleMeta):
     """Runs ``workflow_for(question)`` through the project's ``Executor``, so retries, budgets and traces are those
     of the Conductor, and returns the same prediction fields (``conductor_text`` is ``""``)."""
 
+    @abc.abstractmethod
     def workflow_for(self, question: str) -> Workflow:
-        """The workflow to run on ``question``; every subclass defines it."""
-        raise NotImplementedError
+        """The workflow to run on ``question``; every subclass defines it (one that doesn't can't be built)."""
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         question = self.question_text(inputs)
