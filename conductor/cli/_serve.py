@@ -70,14 +70,16 @@ def handle(args: argparse.Namespace) -> int:
     settings = {
         "folder": str(folder),
         "trust_code": args.trust_code,
-        "model": model,
-        "max_request_bytes": args.max_request_bytes,
-        "request_timeout_s": args.timeout,
-        "concurrency": args.concurrency,
         "keys": args.keys,
-        "audit_db": str(args.audit_db or data_dir("audit", re.sub(r"[^\w.-]", "_", model) + ".sqlite")),
-        "audit_questions": args.audit_questions,
-        "sensitive_fields": args.redact,
+        "app": {  # create_app's own options
+            "model": model,
+            "max_request_bytes": args.max_request_bytes,
+            "request_timeout_s": args.timeout,
+            "concurrency": args.concurrency,
+            "audit_db": str(args.audit_db or data_dir("audit", re.sub(r"[^\w.-]", "_", model) + ".sqlite")),
+            "audit_questions": args.audit_questions,
+            "sensitive_fields": args.redact,
+        },
     }
     try:
         uvicorn = import_serving("uvicorn")
@@ -86,7 +88,7 @@ def handle(args: argparse.Namespace) -> int:
     except ConductorError as exc:
         return fail(exc)
     status.print(f"Serving {model!r} at http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)")
-    status.print(f"Audit log: {settings['audit_db']}", markup=False)
+    status.print(f"Audit log: {settings['app']['audit_db']}", markup=False)
     where = {"host": args.host, "port": args.port, "log_level": "info" if args.verbose else "warning"}
     if args.workers > 1:  # each process loads its own program: this one only checked the folder
         program.pool.close()
@@ -109,18 +111,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     """The TCP socket the ``--workers`` processes share, made as asyncio makes its own (``getaddrinfo``'s protocol,
     so accepted connections get TCP_NODELAY). uvicorn's ``--workers`` binds one with protocol 0, which leaves Nagle's
     algorithm on: about 40 ms more per keep-alive request on Linux (Kludex/uvicorn#3149)."""
+    sock = None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise ConfigError(f"can't listen on {host}:{port}: {exc.strerror}") from exc
-    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as exc:
-        sock.close()
+        if sock is not None:
+            sock.close()
         raise ConfigError(f"can't listen on {host}:{port}: {exc.strerror}") from exc
     sock.set_inheritable(True)
     return sock
@@ -137,15 +138,7 @@ def _app(settings: dict[str, Any]):
     try:
         keys = settings["keys"]
         app = create_app(
-            program,
-            model=settings["model"],
-            max_request_bytes=settings["max_request_bytes"],
-            request_timeout_s=settings["request_timeout_s"],
-            concurrency=settings["concurrency"],
-            keys=KeyStore.from_file(keys, workers=program.pool.names) if keys else None,
-            audit_db=settings["audit_db"],
-            audit_questions=settings["audit_questions"],
-            sensitive_fields=settings["sensitive_fields"],
+            program, keys=KeyStore.from_file(keys, workers=program.pool.names) if keys else None, **settings["app"]
         )
     except BaseException:
         program.pool.close()
