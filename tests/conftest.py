@@ -1,10 +1,16 @@
-"""Fixtures shared across test folders."""
+"""Fixtures and hooks shared across test folders."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``longest`` first: run in two processes (pyproject's addopts), the rest of the suite then runs
+    beside them instead of after them."""
+    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
 
 
 @pytest.fixture

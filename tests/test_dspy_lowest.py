@@ -49,8 +49,9 @@ def test_the_dspy_tests_pass_on_the_oldest_dspy_allowed(tmp_path):
     subprocess.run([*install, "--target", site, f"dspy=={version}"], check=True)
     found = subprocess.run([python, "-c", "import dspy; print(dspy.__version__)"], capture_output=True, text=True)
     assert found.stdout.strip() == version
+    options = ["-q", "-n", "0", "-m", "not slow", "-k", "not sandbox", "-p", "no:cacheprovider"]  # -n 0: one process
     run = subprocess.run(
-        [python, "-m", "pytest", "-q", "-m", "not slow", "-k", "not sandbox", "-p", "no:cacheprovider", *TESTS],
+        [python, "-m", "pytest", *options, *TESTS],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,6 +13,8 @@ from conductor.errors import MissingDependency
 from conductor.experiments import run_benchmark, validate_config
 from tests.experiments.test_runner import _comparable, _config
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

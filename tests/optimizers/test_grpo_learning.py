@@ -19,8 +19,8 @@ Training sees nothing but the metric's reward (the exact answer) on 4 questions 
 2. GRPO with 16 workflows per group, one question of each family per step.
 
 The measure is the share of sampled workflows (temperature 1, under the grammar) that answer right, per family, on
-questions training never shows. Before, it is below the bar for some family (checked, so the test can fail); after,
-it must be at least 0.8 for *every* family, not on average.
+questions training never shows: at least 0.8 for *every* family, not on average. Before training the share is below
+the bar for some family (checked, so the test can fail; read from the samples expert iteration starts from).
 
 Why this recipe (measured on the 2-core machine, December 2026): GRPO alone, from the untrained conductor or after
 a warm start on random workflows, learned two families and never the third: its right workflow was sampled about 3
@@ -28,14 +28,16 @@ times in 100, so its groups all scored 0 and carried no gradient (rewards stuck 
 samples that scored, unbalanced, taught mostly the family that scored most often ("add": 90 of 103 kept workflows).
 Balanced per family (8 each), 40 warm-start steps brought every family to 0.28-0.5 right, still with little
 difference between families; 8 GRPO steps then took them to 0.69 / 0.53 / 0.91 (spell / add / shout), each family
-now on its own workflow, so the test runs 20.
+now on its own workflow, so the test runs 20 (12 at a constant rate left "spell" at 0.72).
+
+It is the suite's longest test (25 minutes on one torch thread, 15 of them beside the rest of the suite): marked
+``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +56,7 @@ from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock", "moon", "star", "leaf", "wolf"]
 FAMILIES = {
@@ -103,16 +105,8 @@ def policy() -> ConductorLM:
     return smollm2_or_skip(lora=LoraSpec(r=8, alpha=16))
 
 
-@pytest.fixture
-def two_threads() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
-    policy: ConductorLM, tmp_path: Path, two_threads: None
+    policy: ConductorLM, tmp_path: Path, one_torch_thread: None
 ) -> None:
     pool = WorkerPool([ScriptedWorker("reverse", reverse), ScriptedWorker("add", add), ScriptedWorker("shout", shout)])
     program = Conductor(pool, max_steps=2, fallback="none")
@@ -149,18 +143,16 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
             out[family] = sum(right(e, p) for e, p in runs) / len(runs)
         return out
 
-    before = share_right(seed=1)
-    assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
-
     trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
     runs = rollouts(trainset, 32, seed=0)
+    before = {f: sum(right(e, p) for e, p in runs if e.family == f) / (32 * len(TRAINED_ON)) for f in FAMILIES}
+    assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
     kept = {
         f: from_predictions(*zip(*[(e, p) for e, p in runs if e.family == f], strict=True), right) for f in FAMILIES
     }
     assert all(kept.values()), f"some family never scored in 128 samples: { {f: len(k) for f, k in kept.items()} }"
     pairs = [pair for family in FAMILIES for pair in itertools.islice(itertools.cycle(kept[family]), 8)]
     warm_start(policy, program, pairs, WarmStartConfig(steps=40, batch_size=4, lr=1e-3))
-    warmed = share_right(seed=2)
 
     steps = 20
     config = GRPOConfig(
@@ -182,5 +174,5 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
 
     after = share_right(seed=3)
     rewards = [round(h["reward"], 2) for h in history]
-    print(f"share right before {before}, after the warm start {warmed}, after GRPO {after}; rewards {rewards}")
-    assert all(p >= BAR for p in after.values()), f"before {before}, warm {warmed}, after {after}; rewards {rewards}"
+    print(f"share right before {before}, after {after}; rewards {rewards}")
+    assert all(p >= BAR for p in after.values()), f"before {before}, after {after}; rewards {rewards}"

@@ -25,6 +25,8 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     trainset,
 )
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = {"steps": 3, "batch_size": 4, "rollout_workers": 2, "randomise_pool": True, "checkpoint_every": 2}
 
