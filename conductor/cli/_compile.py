@@ -1,8 +1,8 @@
 """``conductor compile CONFIG``: the full recipe (``ConductorCompiler``) on the config's train and validation splits.
 
-Few-shot workflow search, GRPO when the config has a ``grpo`` section and a trainable conductor, and Optuna budgets
-when ``compile.budget_trials`` > 0; then the phase table, and the uncompiled and compiled program scored on the test
-split (``held_out.md``). Running it again with the same ``output_dir`` resumes.
+Few-shot workflow search, expert iteration and GRPO when the config has their sections and a trainable conductor,
+and Optuna budgets when ``compile.budget_trials`` > 0; then the phase table, and the uncompiled and compiled program
+scored on the test split (``held_out.md``). Running it again with the same ``output_dir`` resumes.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def handle(args: argparse.Namespace) -> int:
             policy = config.policy() if config.program.trainable else None
             student = config.conductor(policy)
         grpo = config.grpo if policy is not None else None
+        expert = config.expert_iteration if policy is not None else None
+        trained = grpo or expert  # the phases that sample from the policy, under the grammar if the program has one
         budget = None
         if spec.budget_trials:
             storage = f"sqlite:///{(config.output_dir / 'budget.db').absolute()}"
@@ -59,12 +61,13 @@ def handle(args: argparse.Namespace) -> int:
             )
             if spec.few_shot
             else None,
+            expert_iteration=expert,
             grpo=grpo,
             rounds=spec.rounds,
             budget_tuner=budget,
             max_cost=spec.max_cost,
             min_accuracy=spec.min_accuracy,
-            logits_processor=config.grammar(policy, grpo.max_new_tokens) if grpo is not None else None,
+            logits_processor=config.grammar(policy, trained.max_new_tokens) if trained is not None else None,
             num_threads=args.threads,
             ray=ray,
             rollout_setup=config.rollout_setup,

@@ -6,8 +6,11 @@ from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.optimizers._rewards import Reward, RewardConfig, score
 from conductor.optimizers._warm_start import (
+    ExpertIterationConfig,
+    ExpertIterationReport,
     WarmStartConfig,
     WarmStartReport,
+    expert_iteration,
     from_predictions,
     synthetic_workflows,
     warm_start,
@@ -28,6 +31,8 @@ __all__ = [
     "BudgetSpace",
     "BudgetTuner",
     "ConductorCompiler",
+    "ExpertIterationConfig",
+    "ExpertIterationReport",
     "GRPOConfig",
     "GRPOTrainer",
     "PhaseRecord",
@@ -40,6 +45,7 @@ __all__ = [
     "WorkflowFewShot",
     "WorkflowMetric",
     "evaluate_program",
+    "expert_iteration",
     "from_predictions",
     "score",
     "synthetic_workflows",

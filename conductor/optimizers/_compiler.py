@@ -1,5 +1,6 @@
 """``ConductorCompiler``: the user's main verb. It alternates prompt/program search with GRPO on the conductor's
-weights, then lets Optuna set budgets, evaluating on the validation set after every phase and keeping the best.
+weights (after an optional expert-iteration warm start), then lets Optuna set budgets, evaluating on the validation
+set after every phase and keeping the best.
 
 Read it as a recipe: ``compile`` = evaluate the student, then for each phase: run it from the best program so far,
 evaluate, keep the result only if it scores higher, checkpoint. Checkpoints are deployable folders
@@ -26,6 +27,7 @@ from conductor.local import trainable_policy
 from conductor.modules import Conductor
 from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._prompt_search import WorkflowMetric
+from conductor.optimizers._warm_start import ExpertIterationConfig, expert_iteration
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,9 @@ class ConductorCompiler(Teleprompter):
             with a budget phase, the plot of its Pareto front (``pareto.png``).
         prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
             ``PromptSearch``); ``None`` skips the prompt phases.
+        expert_iteration: an ``ExpertIterationConfig`` (or its fields as a dict): a phase before the first GRPO
+            phase that fine-tunes a trainable conductor on the workflows it sampled that scored, for when GRPO alone
+            would rarely sample a family's right workflow (``expert_iteration``).
         grpo: a ``GRPOConfig`` (or its fields as a dict); used when the conductor LM is a trainable ``ConductorLM``.
         rounds: how many times prompt search and GRPO alternate.
         budget_tuner: a ``BudgetTuner`` run last, picking a point by ``max_cost`` / ``min_accuracy``.
@@ -75,6 +80,7 @@ class ConductorCompiler(Teleprompter):
         *,
         output_dir: str | Path,
         prompt_search: Teleprompter | None = None,
+        expert_iteration: Any = None,
         grpo: Any = None,
         rounds: int = 1,
         budget_tuner: Any = None,
@@ -91,6 +97,7 @@ class ConductorCompiler(Teleprompter):
         self.metric = metric
         self.output_dir = Path(output_dir)
         self.prompt_search = prompt_search
+        self.expert_iteration = expert_iteration
         self.grpo = grpo
         self.rounds = rounds
         self.budget_tuner = budget_tuner
@@ -139,9 +146,11 @@ class ConductorCompiler(Teleprompter):
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
         policy = trainable_policy(student.orchestrate.lm)
-        if self.grpo is not None and policy is None:
-            logger.warning("the conductor LM is not a trainable ConductorLM: the GRPO phases are skipped")
+        if (self.grpo is not None or self.expert_iteration is not None) and policy is None:
+            logger.warning("the conductor LM is not a trainable ConductorLM: its weights are not trained")
         phases: list[tuple[str, Phase]] = []
+        if self.expert_iteration is not None and policy is not None:
+            phases.append(("expert-iteration", self._expert_phase))
         for r in range(1, self.rounds + 1):
             if self.prompt_search is not None:
                 phases.append((f"prompt-{r}", self._prompt_phase))
@@ -158,6 +167,19 @@ class ConductorCompiler(Teleprompter):
         return (
             searched,
             f"conductor and role instructions; {demos} few-shot workflow(s) ({type(self.prompt_search).__name__})",
+        )
+
+    def _expert_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
+        config = ExpertIterationConfig.model_validate(self.expert_iteration)
+        processor = self.logits_processor(program, 0) if self.logits_processor is not None else None
+        policy = trainable_policy(program.orchestrate.lm)
+        report = expert_iteration(policy, program, trainset, self.metric, config, logits_processor=processor)
+        kept = ", ".join(f"{label} {n}" for label, n in report.kept.items())
+        if report.warm_start is None:
+            return program, f"nothing: no sampled workflow earned {config.min_reward} ({config.samples} a question)"
+        return program, (
+            f"the conductor's LoRA weights: expert iteration, {config.samples} workflows sampled a question, "
+            f"those that earned {config.min_reward} kept ({kept}), {report.warm_start.steps} warm-start steps"
         )
 
     def _grpo_phase(self, program: Conductor, trainset: list, round_: int) -> tuple[Conductor, str]:

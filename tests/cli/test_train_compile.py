@@ -147,6 +147,25 @@ def test_compile_without_few_shot_runs_no_prompt_phase(tmp_path: Path) -> None:
     assert phases == ["start", "grpo-1"] and not (tmp_path / "run" / "held_out.json").exists()
 
 
+def test_compile_runs_expert_iteration_before_grpo(tmp_path: Path) -> None:
+    grammar = {"grammar": True, "max_steps": 1, "max_tokens": 64}  # valid workflows, some on the calculator
+    expert = {"samples": 8, "balance_by": "family", "per_label": 2, "max_new_tokens": 64}
+    expert["warm_start"] = {"steps": 2, "max_length": 4096}  # the byte-level tiny policy: a token a byte
+    config = write_config(
+        tmp_path,
+        grammar,
+        grpo={**GRPO, "steps": 1, "max_new_tokens": 64},
+        expert_iteration=expert,
+        compile={"few_shot": 0},
+    )
+    assert main(["compile", str(config), "--no-test"]) == 0
+    records = json.loads((tmp_path / "run" / "phases.json").read_text())
+    assert [r["phase"] for r in records] == ["start", "expert-iteration", "grpo-1"]
+    assert "expert iteration, 8 workflows sampled a question, those that earned 1.0 kept (" in records[1]["change"]
+    assert "even " in records[1]["change"] and "odd " in records[1]["change"]
+    assert "2 warm-start steps" in records[1]["change"]
+
+
 def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", str(write_config(tmp_path))]) == 2
     assert "no `grpo` section" in capsys.readouterr().err

@@ -14,8 +14,8 @@ whose choices are the step count, the workers and the access lists.
 
 Training sees nothing but the metric's reward (the exact answer) on 4 questions a family:
 
-1. expert iteration: the untrained conductor samples 32 workflows per question, the library keeps those that scored
-   (``from_predictions``), the same number per family, and ``warm_start`` fine-tunes on them;
+1. expert iteration (``expert_iteration``): the untrained conductor samples 32 workflows per question, those that
+   scored are kept, the same number per family, and the conductor is fine-tuned on them (``warm_start``);
 2. GRPO with 16 workflows per group, one question of each family per step.
 
 The measure is the share of sampled workflows (temperature 1, under the grammar) that answer right, per family, on
@@ -36,7 +36,6 @@ It is the suite's longest test (25 minutes on one torch thread, 15 of them besid
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 
@@ -50,7 +49,7 @@ import dspy  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
 from conductor.modules import Conductor, WorkerPool  # noqa: E402
-from conductor.optimizers import WarmStartConfig, from_predictions, warm_start  # noqa: E402
+from conductor.optimizers import ExpertIterationConfig, expert_iteration  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
@@ -120,42 +119,36 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
 
     sampler = constraint()
 
-    def rollouts(examples: list[dspy.Example], n: int, seed: int) -> list[tuple[dspy.Example, dspy.Prediction]]:
-        """``n`` sampled workflows per example, each run on the pool."""
-        rows = policy.sample(
-            [program.prompt_messages(e.question) for e in examples],
-            n,
-            max_new_tokens=form.max_tokens(),
-            temperature=1.0,
-            seed=seed,
-            logits_processor=sampler,
-        )
-        return [
-            (e, program.run_reply(e.question, program.read_completion(s.text)))
-            for e, row in zip(examples, rows, strict=True)
-            for s in row
-        ]
-
     def share_right(seed: int) -> dict[str, float]:
+        """Per family: the share of ``SAMPLES`` sampled workflows per unseen question that answer it right."""
         out = {}
         for family in FAMILIES:
-            runs = rollouts([example(family, i) for i in UNSEEN], SAMPLES, seed)
-            out[family] = sum(right(e, p) for e, p in runs) / len(runs)
+            examples = [example(family, i) for i in UNSEEN]
+            rows = policy.sample(
+                [program.prompt_messages(e.question) for e in examples],
+                SAMPLES,
+                max_new_tokens=form.max_tokens(),
+                temperature=1.0,
+                seed=seed,
+                logits_processor=sampler,
+            )
+            runs = [
+                right(e, program.run_reply(e.question, program.read_completion(s.text)))
+                for e, row in zip(examples, rows, strict=True)
+                for s in row
+            ]
+            out[family] = sum(runs) / len(runs)
         return out
 
     trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
-    runs = rollouts(trainset, 32, seed=0)
-    before = {f: sum(right(e, p) for e, p in runs if e.family == f) / (32 * len(TRAINED_ON)) for f in FAMILIES}
+    config = ExpertIterationConfig(balance_by="family", max_new_tokens=form.max_tokens())  # 32 samples, 8 kept
+    report = expert_iteration(policy, program, trainset, right, config, logits_processor=sampler)
+    before = report.right
     assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
-    kept = {
-        f: from_predictions(*zip(*[(e, p) for e, p in runs if e.family == f], strict=True), right) for f in FAMILIES
-    }
-    assert all(kept.values()), f"some family never scored in 128 samples: { {f: len(k) for f, k in kept.items()} }"
-    pairs = [pair for family in FAMILIES for pair in itertools.islice(itertools.cycle(kept[family]), 8)]
-    warm_start(policy, program, pairs, WarmStartConfig(steps=40, batch_size=4, lr=1e-3))
+    assert all(report.kept.values()), f"some family never scored in 128 samples: {report.kept}"
 
     steps = 20
-    config = GRPOConfig(
+    grpo = GRPOConfig(
         output_dir=tmp_path,
         steps=steps,
         batch_size=len(FAMILIES),
@@ -170,7 +163,7 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
         reward=RewardConfig(wrong=0.0),
         progress=False,
     )
-    history = GRPOTrainer(config, policy, program, trainset, right, logits_processor=constraint).run()
+    history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=constraint).run()
 
     after = share_right(seed=3)
     rewards = [round(h["reward"], 2) for h in history]

@@ -1,0 +1,109 @@
+"""Expert iteration on the tiny policy: sample workflows, keep the ones that scored, balanced per label, and warm-start
+on them; labels that never scored are named and left out, and nothing scored means nothing trained."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+import dspy  # noqa: E402
+
+from conductor.optimizers import ExpertIterationConfig, WarmStartConfig, expert_iteration  # noqa: E402
+from conductor.optimizers._warm_start import completion_nll, training_pairs  # noqa: E402
+from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
+    BROKEN,
+    RIGHT,
+    WRONG,
+    Choice,
+    _one_torch_thread,
+    exact,
+    program,
+    tiny,
+)
+
+TEXTS = [RIGHT, WRONG, BROKEN]
+"""Worker 0 answers 4, worker 1 answers 5, the third is a format error (see ``test_grpo_helpers``)."""
+WORKER = {"4": "A", "5": "B"}
+"""The first token of the workflow that answers each answer right."""
+
+
+def examples(answers: dict[str, str], n: int = 2) -> list[dspy.Example]:
+    """``n`` questions per family, each family right with one answer."""
+    return [
+        dspy.Example(question=f"{family} question {i}", answer=answer, family=family).with_inputs("question")
+        for family, answer in answers.items()
+        for i in range(n)
+    ]
+
+
+def config(**overrides) -> ExpertIterationConfig:
+    settings = {
+        "samples": 8,
+        "balance_by": "family",
+        "per_label": 3,
+        "max_new_tokens": 64,
+        "warm_start": WarmStartConfig(steps=4, lr=1e-2),
+    }
+    return ExpertIterationConfig(**(settings | overrides))
+
+
+def first_tokens(trainset: list[dspy.Example], samples: int) -> list[list[str]]:
+    """What a fresh tiny policy samples first for each question, under the same seed and processor."""
+    policy, conductor = tiny(), program()
+    prompts = [conductor.prompt_messages(e.question) for e in trainset]
+    rows = policy.sample(prompts, samples, max_new_tokens=64, seed=0, logits_processor=Choice(policy, TEXTS))
+    return [[s.text[0] for s in row] for row in rows]
+
+
+def test_the_workflows_that_scored_are_kept_per_family_and_trained_on() -> None:
+    trainset = examples({"x": "4", "y": "5"})
+    policy, conductor = tiny(), program()
+    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
+
+    sampled = first_tokens(trainset, 8)
+    for family, answer in (("x", "4"), ("y", "5")):
+        rows = [row for e, row in zip(trainset, sampled, strict=True) if e.family == family]
+        assert report.right[family] == sum(t == WORKER[answer] for row in rows for t in row) / 16
+        assert report.kept[family] == sum(WORKER[answer] in row for row in rows)  # one right workflow per question
+    assert 0 < report.right["x"] < 1 and 0 < report.right["y"] < 1  # a choice to learn, on both families
+    assert report.warm_start is not None and report.warm_start.examples == 3 + 3
+
+    # what was trained on: each family's right workflow, now likelier than before
+    right_workflow = {"4": conductor.read_completion(RIGHT).workflow, "5": conductor.read_completion(WRONG).workflow}
+    pairs = [({"question": e.question}, right_workflow[e.answer]) for e in trainset]
+    tokens = training_pairs(policy, conductor, pairs, max_length=4096)
+    fresh = tiny()
+    assert completion_nll(policy, tokens).item() < completion_nll(fresh, tokens).item()
+
+
+def test_a_family_that_never_scored_is_named_and_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    trainset = examples({"x": "4", "z": "6"})  # no worker answers 6
+    policy, conductor = tiny(), program()
+    with caplog.at_level(logging.WARNING, logger="conductor.optimizers._warm_start"):
+        report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
+    assert report.right["z"] == 0 and report.kept["z"] == 0
+    assert "no sampled workflow earned 1.0 for z" in caplog.text
+    assert report.warm_start is not None and report.warm_start.examples == 3  # x's alone
+
+
+def test_without_balance_every_kept_workflow_counts_once() -> None:
+    trainset = examples({"x": "4", "y": "5"})
+    policy, conductor = tiny(), program()
+    report = expert_iteration(
+        policy, conductor, trainset, exact, config(balance_by=None), logits_processor=Choice(policy, TEXTS)
+    )
+    assert set(report.right) == set(report.kept) == {"all"}
+    assert report.warm_start is not None and report.warm_start.examples == report.kept["all"]
+
+
+def test_nothing_scored_trains_nothing() -> None:
+    trainset = examples({"z": "6"})
+    policy, conductor = tiny(), program()
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
+    assert report.warm_start is None and report.kept == {"z": 0}
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters(), strict=True))
