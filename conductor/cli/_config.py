@@ -154,6 +154,17 @@ class RunConfig(pydantic.BaseModel):
             data = {**data, "grpo": {**data["grpo"], "output_dir": data.get("output_dir") or "."}}
         return data
 
+    @pydantic.model_validator(mode="after")
+    def _one_workflow_length(self) -> RunConfig:
+        # Both phases sample under one grammar, sized for one length: a shorter phase would cut its workflows.
+        expert, grpo = self.expert_iteration, self.grpo
+        if expert is not None and grpo is not None and expert.max_new_tokens != grpo.max_new_tokens:
+            raise ValueError(
+                f"expert_iteration.max_new_tokens ({expert.max_new_tokens}) and grpo.max_new_tokens "
+                f"({grpo.max_new_tokens}) must be equal: both phases sample under one workflow grammar"
+            )
+        return self
+
     # ---- building what the config names ----------------------------------------------------------------------------
     @cached_property
     def metric(self) -> Callable[..., Any]:

@@ -357,7 +357,7 @@ class ExpertIterationConfig(pydantic.BaseModel):
     min_reward: float = pydantic.Field(1.0, description="the reward a workflow must earn to be kept")
     temperature: float = pydantic.Field(1.0, gt=0)
     max_new_tokens: int = pydantic.Field(256, ge=1, description="most tokens of a sampled workflow")
-    threads: int = pydantic.Field(8, ge=1, description="sampled workflows run at once over the pool")
+    max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="sampled workflows run at once over the pool")
     seed: int = 0
     warm_start: WarmStartConfig = WarmStartConfig(steps=40)
 
@@ -393,6 +393,8 @@ def expert_iteration(
     while expert iteration keeps those few. Labels that never scored are left out with a warning; if none scored,
     nothing is trained (the report says so)."""
     config = config or ExpertIterationConfig()
+    if not trainset:
+        raise ConductorError("expert iteration needs at least one training question; got none")
     questions = [_question(program, example.inputs()) for example in trainset]
     rows = policy.sample(
         [program.prompt_messages(q) for q in questions],
@@ -410,7 +412,7 @@ def expert_iteration(
         _, question, text = job
         return runner.run_reply(question, runner.read_completion(text))
 
-    with ThreadPoolExecutor(config.threads) as threads:
+    with ThreadPoolExecutor(config.max_parallel_rollouts) as threads:
         predictions = list(threads.map(run, jobs))
     labels: dict[str, list[int]] = {}
     for i, (example, _, _) in enumerate(jobs):

@@ -166,6 +166,13 @@ def test_compile_runs_expert_iteration_before_grpo(tmp_path: Path) -> None:
     assert "2 warm-start steps" in records[1]["change"]
 
 
+def test_expert_iteration_and_grpo_must_sample_workflows_of_one_length(tmp_path: Path) -> None:
+    expert = {"max_new_tokens": 32}
+    config = write_config(tmp_path, grpo={**GRPO, "max_new_tokens": 64}, expert_iteration=expert)
+    with pytest.raises(ConfigError, match=r"expert_iteration.max_new_tokens \(32\) and grpo.max_new_tokens \(64\)"):
+        load_run_config(config)
+
+
 def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", str(write_config(tmp_path))]) == 2
     assert "no `grpo` section" in capsys.readouterr().err

@@ -12,6 +12,7 @@ pytest.importorskip("peft")
 
 import dspy  # noqa: E402
 
+from conductor.errors import ConductorError  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, WarmStartConfig, expert_iteration  # noqa: E402
 from conductor.optimizers._warm_start import completion_nll, training_pairs  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
@@ -107,3 +108,9 @@ def test_nothing_scored_trains_nothing() -> None:
     report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
     assert report.warm_start is None and report.kept == {"z": 0}
     assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters(), strict=True))
+
+
+def test_no_training_questions_is_a_clear_error() -> None:
+    policy, conductor = tiny(), program()
+    with pytest.raises(ConductorError, match="at least one training question"):
+        expert_iteration(policy, conductor, [], exact, config(), logits_processor=Choice(policy, TEXTS))
