@@ -20,7 +20,16 @@ from conductor.experiments._config import (
 )
 from conductor.experiments._plots import plot_accuracy_cost
 from conductor.experiments._report import markdown_report, write_report
-from conductor.experiments._results import ALL, Aggregate, aggregate, summarise, wilson_interval
+from conductor.experiments._results import (
+    ALL,
+    Aggregate,
+    Shapes,
+    aggregate,
+    shape_text,
+    summarise,
+    wilson_interval,
+    workflow_shapes,
+)
 from conductor.experiments._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
 
 __all__ = [
@@ -35,6 +44,7 @@ __all__ = [
     "MethodSpec",
     "MethodType",
     "ResultsFile",
+    "Shapes",
     "Unit",
     "aggregate",
     "load_config",
@@ -42,8 +52,10 @@ __all__ = [
     "plot_accuracy_cost",
     "run_benchmark",
     "run_unit",
+    "shape_text",
     "summarise",
     "validate_config",
     "wilson_interval",
+    "workflow_shapes",
     "write_report",
 ]

@@ -200,6 +200,7 @@ class _RouterArgs(_Spec):
 
 class _ConductorArgs(_RouterArgs):
     max_steps: int = pydantic.Field(5, ge=1)
+    grammar: bool = pydantic.Field(False, description="decode under the workflow grammar (a local conductor LM)")
 
 
 @functools.cache
@@ -211,6 +212,17 @@ def cached_conductor_lm(name: str, max_tokens: int, temperature: float) -> dspy.
 class _ProgramArgs(_Spec):
     path: str = pydantic.Field(min_length=1, description="a saved program folder (conductor.save, conductor compile)")
     trust_code: bool = pydantic.Field(False, description="let it import code the library didn't ship (its author's)")
+    workers: list[WorkerIndex] | None = pydantic.Field(
+        None, min_length=1, description="the experiment's workers it runs over, in this order (default: all)"
+    )
+    max_depth: pydantic.NonNegativeInt | None = pydantic.Field(None, description="replaces its saved max_depth")
+
+    @pydantic.field_validator("workers")
+    @classmethod
+    def _distinct(cls, workers: list[int] | None) -> list[int] | None:
+        if workers is not None and len(set(workers)) != len(workers):
+            raise ValueError(f"names a worker twice: {workers}")
+        return workers
 
     @pydantic.field_validator("path")
     @classmethod
@@ -222,16 +234,25 @@ class _ProgramArgs(_Spec):
 
 
 def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budget) -> Conductor:
-    """The saved program (its conductor LM, prompts, demos and limits) run over the experiment's ``pool``, so that it
-    is compared with the other methods on the same workers; the pools must have the same size (workers are chosen
-    by number)."""
+    """The saved program (its conductor LM, prompts, demos and limits) run over the experiment's workers: all of them
+    by default, so that it is compared with the other methods on the same workers (the pools must then have the same
+    size: workers are chosen by number), or ``args.workers``, to score it on a pool it was not trained on (another
+    order, a subset, a worker it never saw). ``args.max_depth`` replaces its recursion depth."""
     program = load_program(args.path, trust_code=args.trust_code)
-    if len(program.pool) != len(pool):
+    program.pool.close()
+    if args.workers is None and len(program.pool) != len(pool):
         raise ConfigError(
             f"{args.path} was saved with {len(program.pool)} workers; this experiment's pool has {len(pool)}"
         )
-    program.pool.close()
-    return program.copy_with(pool=pool, budget=budget)
+    beyond = [i for i in args.workers or () if i >= len(pool)]
+    if beyond:
+        raise ConfigError(f"workers {beyond} of {args.path} are not in this experiment's pool of {len(pool)}")
+    program = program.copy_with(pool=pool if args.workers is None else pool.subset(args.workers), budget=budget)
+    if args.max_depth is not None:
+        program.max_depth = args.max_depth
+    if getattr(getattr(program.orchestrate.lm, "engine", None), "logits_processor", None) is not None:
+        _constrain(program)  # its grammar names the workers and the conductor's own id: rebuilt for this pool and depth
+    return program
 
 
 Builder = Callable[..., PoolProgram]
@@ -250,11 +271,22 @@ def _lm(args: _RouterArgs) -> dspy.LM:
     return cached_conductor_lm(args.lm, args.max_tokens, args.temperature)
 
 
+def _conductor(pool: WorkerPool, args: _ConductorArgs, seed: int, **options: Any) -> Conductor:
+    program = Conductor(pool, _lm(args), max_steps=args.max_steps, fallback=args.fallback, **options)
+    if args.grammar:
+        _constrain(program)
+    return program
+
+
+def _constrain(program: Conductor) -> None:
+    """Decode ``program``'s conductor under the workflow grammar of its pool and depth (needs the train extra)."""
+    from conductor.conductor_lm import constrain_program
+
+    constrain_program(program)
+
+
 METHODS: dict[str, MethodType] = {
-    "conductor": MethodType(
-        _ConductorArgs,
-        lambda pool, a, seed, **o: Conductor(pool, _lm(a), max_steps=a.max_steps, fallback=a.fallback, **o),
-    ),
+    "conductor": MethodType(_ConductorArgs, _conductor),
     "program": MethodType(_ProgramArgs, saved_program),
     "router": MethodType(_RouterArgs, lambda pool, a, seed, **o: OneStepRouter(pool, _lm(a), fallback=a.fallback, **o)),
     "single": MethodType(_SingleArgs, lambda pool, a, seed, **o: SingleWorker(pool, a.worker, **o)),

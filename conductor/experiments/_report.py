@@ -13,7 +13,7 @@ from typing import Any
 
 from conductor.experiments._config import BenchConfig, SimulatedPool
 from conductor.experiments._plots import plot_accuracy_cost
-from conductor.experiments._results import ALL, Aggregate, summarise
+from conductor.experiments._results import ALL, Aggregate, Shapes, summarise, workflow_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,14 @@ def _shown(path: Path) -> str:
     return path.as_posix() if relative.startswith("..") else Path(relative).as_posix()
 
 
-def markdown_report(config: BenchConfig, overall: Sequence[Aggregate], per_dataset: Sequence[Aggregate]) -> str:
-    """The Markdown report: title, how to reproduce it, the overall table, accuracy by dataset, the full table."""
+def markdown_report(
+    config: BenchConfig,
+    overall: Sequence[Aggregate],
+    per_dataset: Sequence[Aggregate],
+    shapes: Sequence[Shapes] = (),
+) -> str:
+    """The Markdown report: title, how to reproduce it, the overall table, accuracy by dataset, the full table, and
+    the shapes of the workflows run (for methods that ran any)."""
     datasets = [d.label for d in config.datasets]
     lines = [f"# {report_title(config)}", ""]
     if config.simulated:
@@ -86,11 +92,37 @@ def markdown_report(config: BenchConfig, overall: Sequence[Aggregate], per_datas
     lines += _table(["method", *datasets, ALL], rows, 1)
     lines += ["", "## Per dataset", ""]
     lines += _table(["method", "dataset", *COLUMNS], [[a.method, a.dataset, *_cells(a)] for a in per_dataset], 2)
+    if shapes:
+        lines += ["", "## Workflow shapes", ""]
+        lines += [
+            "The workflow each unit ran (for a conductor, the one that gave the answer): each step as `worker[what it "
+            "saw]` (`[]` nothing, `[all]` every earlier step, `[0]` step 0). Multi-step is the share of all units; "
+            "the most common workflows are shares of those that ran one.",
+            "",
+        ]
+        header = ["method", "dataset", "n", "multi-step %", "steps", "rounds", "most common workflows"]
+        lines += _table(header, [_shape_cells(s) for s in shapes], 2)
     return "\n".join(lines) + "\n"
 
 
-def results_json(config: BenchConfig, records: Sequence[dict[str, Any]], overall, per_dataset) -> dict[str, Any]:
-    """The results file: the aggregates, and the config that produced them (its text, when read from a file)."""
+def _shape_cells(shapes: Shapes) -> list[str]:
+    common = "; ".join(f"`{text}` {share:.0%}" for text, share in shapes.common)
+    return [
+        shapes.method,
+        shapes.dataset,
+        str(shapes.n),
+        f"{100 * shapes.multi_step:.0f}",
+        f"{shapes.steps:.2f}",
+        f"{shapes.rounds:.2f}",
+        common,
+    ]
+
+
+def results_json(
+    config: BenchConfig, records: Sequence[dict[str, Any]], overall, per_dataset, shapes: Sequence[Shapes] = ()
+) -> dict[str, Any]:
+    """The results file: the aggregates and workflow shapes, and the config that produced them (its text, when read
+    from a file)."""
     return {
         "title": report_title(config),
         "simulated": config.simulated,
@@ -99,18 +131,21 @@ def results_json(config: BenchConfig, records: Sequence[dict[str, Any]], overall
         "units": len(records),
         "overall": [dataclasses.asdict(a) for a in overall],
         "per_dataset": [dataclasses.asdict(a) for a in per_dataset],
+        "workflow_shapes": [dataclasses.asdict(s) for s in shapes],
     }
 
 
 def write_report(config: BenchConfig, records: Sequence[dict[str, Any]]) -> dict[str, Path]:
     """Write ``results.json``, ``table.md`` and ``plot.png`` into ``config.output``; returns their paths by kind."""
-    overall, per_dataset = summarise(records, [m.name for m in config.methods], [d.label for d in config.datasets])
+    methods, datasets = [m.name for m in config.methods], [d.label for d in config.datasets]
+    overall, per_dataset = summarise(records, methods, datasets)
+    shapes = workflow_shapes(records, methods, datasets)
     out = config.output
     out.mkdir(parents=True, exist_ok=True)
     paths = {"results": out / "results.json", "table": out / "table.md", "plot": out / "plot.png"}
-    data = results_json(config, records, overall, per_dataset)
+    data = results_json(config, records, overall, per_dataset, shapes)
     paths["results"].write_text(json.dumps(data, indent=2) + "\n")
-    paths["table"].write_text(markdown_report(config, overall, per_dataset))
+    paths["table"].write_text(markdown_report(config, overall, per_dataset, shapes))
     plot_accuracy_cost(overall, paths["plot"], report_title(config))
     logger.info("wrote %s", ", ".join(str(p) for p in paths.values()))
     return paths

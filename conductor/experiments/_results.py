@@ -1,5 +1,5 @@
 """Aggregates of unit records: accuracy with a Wilson 95% interval, and cost, tokens, calls, latency and errors per
-question, per method and dataset and over all datasets."""
+question, per method and dataset and over all datasets; and the shapes of the workflows each method ran."""
 
 from __future__ import annotations
 
@@ -82,3 +82,60 @@ def summarise(
     per_dataset = [aggregate(m, d, groups.get((m, d), [])) for m in methods for d in datasets]
     overall = [aggregate(m, ALL, [r for d in datasets for r in groups.get((m, d), [])]) for m in methods]
     return overall, per_dataset
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The workflows one method ran on one dataset, from the records' ``workflow`` (``run.workflow_shape``)."""
+
+    method: str
+    dataset: str
+    n: int
+    ran: int
+    """Units that ran a workflow."""
+    multi_step: float
+    """Share of the ``n`` units whose workflow had two steps or more."""
+    steps: float
+    """Mean steps of the workflows run."""
+    rounds: float
+    """Mean conductor rounds (1 without recursion)."""
+    common: list[tuple[str, float]]
+    """The most common workflows (``shape_text``) and their shares of those run, commonest first."""
+
+
+def shape_text(workflow: dict[str, Any]) -> str:
+    """A workflow in one line, each step's worker with what it saw: ``gemma[] -> check[all]``, ``a[] -> b[0]``."""
+    seen = ["all" if access == "all" else ",".join(map(str, access)) for access in workflow["access"]]
+    text = " -> ".join(f"{worker}[{s}]" for worker, s in zip(workflow["workers"], seen, strict=True))
+    return text if workflow["rounds"] == 1 else f"{text} ({workflow['rounds']} rounds)"
+
+
+def workflow_shapes(
+    records: Iterable[dict[str, Any]], methods: Sequence[str], datasets: Sequence[str], top: int = 3
+) -> list[Shapes]:
+    """One ``Shapes`` per method and dataset that has records (``top`` common workflows each), in the order of
+    ``methods`` and ``datasets``; methods that never ran a workflow are left out."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["method"], record["dataset"]), []).append(record)
+    out = []
+    for method in methods:
+        if not any(r.get("workflow") for d in datasets for r in groups.get((method, d), [])):
+            continue
+        for dataset in datasets:
+            units = groups.get((method, dataset), [])
+            run = [r["workflow"] for r in units if r.get("workflow")]
+            counts = Counter(shape_text(w) for w in run)
+            out.append(
+                Shapes(
+                    method=method,
+                    dataset=dataset,
+                    n=len(units),
+                    ran=len(run),
+                    multi_step=sum(len(w["workers"]) > 1 for w in run) / len(units) if units else 0.0,
+                    steps=math.fsum(len(w["workers"]) for w in run) / len(run) if run else 0.0,
+                    rounds=math.fsum(w["rounds"] for w in run) / len(run) if run else 0.0,
+                    common=[(text, count / len(run)) for text, count in counts.most_common(top)],
+                )
+            )
+    return out

@@ -104,6 +104,21 @@ def unique_ids(examples: Sequence[dspy.Example]) -> list[str]:
     return ids
 
 
+def workflow_shape(pool: WorkerPool, prediction: dspy.Prediction) -> dict[str, Any] | None:
+    """The shape of the workflow that gave ``prediction``'s answer, for the workflow-shape tables: its steps' workers
+    by name (a step on the conductor itself is "conductor"), what each step saw ("all" or the indices of earlier
+    steps), and the conductor's rounds (1 without recursion); ``None`` when no workflow ran."""
+    workflow = prediction.get("workflow")
+    if workflow is None:
+        return None
+    names = pool.names
+    return {
+        "workers": [names[step.worker] if step.worker < len(names) else "conductor" for step in workflow.steps],
+        "access": [step.access if step.access == "all" else list(step.access) for step in workflow.steps],
+        "rounds": len(prediction.get("rounds") or ()) or 1,
+    }
+
+
 def run_unit(unit: Unit, program: PoolProgram, example: dspy.Example, metric: Metric) -> dict[str, Any]:
     """Run one unit and return its record; whatever the program or the metric raises becomes the record's error."""
     record: dict[str, Any] = {
@@ -117,6 +132,7 @@ def run_unit(unit: Unit, program: PoolProgram, example: dspy.Example, metric: Me
         "latency_s": 0.0,
         "error_kind": None,
         "error": None,
+        "workflow": None,
     }
     started = time.perf_counter()
     try:
@@ -127,6 +143,7 @@ def run_unit(unit: Unit, program: PoolProgram, example: dspy.Example, metric: Me
             tokens=prediction.tokens,
             cost=prediction.cost,
             calls=len(prediction.trace),
+            workflow=workflow_shape(program.pool, prediction),
         )
         if prediction.error is not None:
             record.update(error_kind=prediction.error.kind, error=prediction.error.message)

@@ -27,15 +27,18 @@ from conductor.experiments import (
     ResultsFile,
     load_config,
     run_benchmark,
+    shape_text,
     summarise,
     validate_config,
     wilson_interval,
+    workflow_shapes,
     write_report,
 )
 from conductor.experiments import _config as runner_config
 from conductor.experiments._config import MethodType
 from conductor.experiments.simulated import simulated_dataset, simulated_task
-from conductor.testing import scripted_lm
+from conductor.modules import WorkerPool
+from conductor.testing import ScriptedWorker, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILING_TASK = "math500:0:3"  # the flaky tool fails on this task only
@@ -192,6 +195,21 @@ def test_conductor_methods_get_their_lm_by_name(tmp_path, monkeypatch):
     assert all(r["correct"] == 1.0 and r["calls"] == 1 and r["error_kind"] is None for r in records)
 
 
+def test_a_conductor_method_decodes_under_the_grammar_only_with_a_local_conductor(tmp_path, monkeypatch):
+    pytest.importorskip("xgrammar")
+    from conductor.conductor_lm import ConductorLM, WorkflowFormat
+
+    tiny = ConductorLM.tiny(seed=0)
+    made = {"local/tiny": tiny.as_dspy_lm(max_tokens=96), "openai/gpt-4o": scripted_lm(lambda prompt: "")}
+    monkeypatch.setattr(runner_config, "cached_conductor_lm", lambda model, max_tokens, temperature: made[model])
+    pool = WorkerPool([ScriptedWorker("a", str), ScriptedWorker("b", str)])
+    args = runner_config._ConductorArgs(lm="local/tiny", max_steps=2, grammar=True)
+    program = METHODS["conductor"].build(pool, args, 0)
+    assert program.orchestrate.lm.engine.logits_processor.format == WorkflowFormat(2, 2).fit(96)
+    with pytest.raises(ConfigError, match="only a local or trained conductor"):
+        METHODS["conductor"].build(pool, runner_config._ConductorArgs(lm="openai/gpt-4o", grammar=True), 0)
+
+
 def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
     from conductor.deploy import save_program
     from conductor.modules import Conductor, WorkerPool
@@ -207,8 +225,73 @@ def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
     assert len(records) == 8 and _calls()["flaky"] == 8 and _calls()["oracle"] == 0
     assert all(r["correct"] == 1.0 for r in records)
 
+    assert all(r["workflow"] == {"workers": ["flaky"], "access": [[]], "rounds": 1} for r in records)
+
     with pytest.raises(ConfigError, match="is not a saved program folder"):
         validate_config({**data, "methods": [{"name": "x", "type": "program", "args": {"path": "nowhere"}}]}, tmp_path)
+
+
+def test_a_saved_program_is_scored_on_a_pool_it_was_not_saved_with(tmp_path):
+    """``workers`` gives it the experiment's workers in another order, a subset, or more of them than it was saved
+    with; indices it can't have are refused before anything runs."""
+    from conductor.deploy import save_program
+    from conductor.modules import Conductor, WorkerPool
+    from tests.deploy.helpers import fixed_lm
+
+    title = {"kind": "tool", "tool": "string:capwords"}
+    saved_pool = WorkerPool.from_config({"workers": [{"name": "a", **title}, {"name": "b", **title}]})
+    workflow = 'model_id = [1]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+    save_program(Conductor(saved_pool, fixed_lm(workflow), max_steps=1), tmp_path / "saved")
+    data = _config(tmp_path, n=2, seeds=[0])
+    data["methods"] = [
+        {"name": "reversed", "type": "program", "args": {"path": "saved", "trust_code": True, "workers": [1, 0]}},
+        {"name": "trained order", "type": "program", "args": {"path": "saved", "trust_code": True}},
+    ]
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    used = {r["method"]: r["workflow"]["workers"] for r in records}
+    assert used == {"reversed": ["oracle"], "trained order": ["flaky"]}  # model 1 is whichever worker is second
+
+    data["methods"] = [
+        {"name": "one", "type": "program", "args": {"path": "saved", "trust_code": True, "workers": [0]}}
+    ]
+    subset = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    # model 1 is not in a pool of one: the workflow is refused, and the fallback asks worker 0 (here "oracle")
+    assert {(r["error_kind"], tuple(r["workflow"]["workers"])) for r in subset} == {("format", ("oracle",))}
+
+    bigger = _config(tmp_path, n=2)
+    bigger_pool = yaml.safe_load((tmp_path / "pool.yaml").read_text())
+    bigger_pool["workers"].append({"name": "extra", **title})
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(bigger_pool))
+    bigger["methods"] = [{"name": "all", "type": "program", "args": {"path": "saved", "trust_code": True}}]
+    with pytest.raises(ConfigError, match="saved with 2 workers; this experiment's pool has 3"):
+        run_benchmark(validate_config(bigger, base_dir=tmp_path), progress=False)
+    bigger["methods"][0]["args"]["workers"] = [0, 1, 3]
+    with pytest.raises(ConfigError, match=r"workers \[3\] of .* are not in this experiment's pool of 3"):
+        run_benchmark(validate_config(bigger, base_dir=tmp_path), progress=False)
+    bigger["methods"][0]["args"]["workers"] = [0, 0]
+    with pytest.raises(ConfigError, match=r"names a worker twice: \[0, 0\]"):
+        validate_config(bigger, base_dir=tmp_path)
+
+
+def test_a_saved_program_under_the_grammar_gets_the_grammar_of_the_pool_and_depth_it_is_scored_with(tmp_path):
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("peft")
+    from conductor.conductor_lm import ConductorLM, WorkflowFormat, constrain_program
+    from conductor.deploy import save_program
+    from conductor.modules import Budget, Conductor
+
+    title = {"kind": "tool", "tool": "string:capwords"}
+    saved_pool = WorkerPool.from_config({"workers": [{"name": n, **title} for n in "abc"]})
+    original = Conductor(saved_pool, ConductorLM.tiny(seed=0).as_dspy_lm(max_tokens=96), max_steps=2)
+    constrain_program(original)
+    save_program(original, tmp_path / "saved")
+    pool = WorkerPool([ScriptedWorker(n, str) for n in "abcd"])
+    build = METHODS["program"].build
+    args = runner_config._ProgramArgs(path=str(tmp_path / "saved"), trust_code=True, workers=[3, 0], max_depth=1)
+    program = build(pool, args, 0, budget=Budget())
+    assert program.pool.names == ["d", "a"] and program.max_depth == 1
+    assert program.orchestrate.lm.engine.logits_processor.format == WorkflowFormat(2, 2, conductor_step=True).fit(96)
+    assert program.revise.lm.engine.logits_processor.format == WorkflowFormat(2, 2, allow_empty=True).fit(96)
 
 
 # ---- running and resuming ------------------------------------------------------------------------------------------
@@ -337,8 +420,12 @@ def test_the_report_has_one_row_per_method_and_says_simulated(tmp_path):
     assert by_dataset[0] == f"| method | simulated/math500 | simulated/mmlu | {ALL} |"
     per_dataset = [line for line in sections[3].splitlines() if line.startswith("|")]
     assert len(per_dataset) == 2 + 2 * 2
+    shapes = [line for line in sections[4].splitlines() if line.startswith("|")]
+    assert sections[4].startswith("Workflow shapes") and len(shapes) == 2 + 2 * 2
+    assert shapes[2] == "| oracle | simulated/math500 | 8 | 0 | 1.00 | 1.00 | `oracle[]` 100% |"
     data = json.loads(paths["results"].read_text())
     assert data["simulated"] and data["units"] == 32 and len(data["overall"]) == 2 and len(data["per_dataset"]) == 4
+    assert len(data["workflow_shapes"]) == 4
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -355,6 +442,28 @@ def test_summarise_pools_datasets_and_seeds():
     assert total.errors == {"execution": 1, "format": 1} and total.cost == 0.5 and total.calls == 2
     assert (total.ci_low, total.ci_high) == pytest.approx(wilson_interval(3, 4))
     assert math.isclose(total.tokens, 10)
+
+
+def test_workflow_shapes_count_steps_access_and_rounds_per_method_and_dataset():
+    def unit(method, dataset, workers=None, access=None, rounds=1):
+        workflow = None if workers is None else {"workers": workers, "access": access, "rounds": rounds}
+        return {"method": method, "dataset": dataset, "workflow": workflow}
+
+    two_step = (["gemma", "check"], [[], "all"])
+    records = [
+        unit("conductor", "a", *two_step),
+        unit("conductor", "a", *two_step),
+        unit("conductor", "a", ["gemma"], [[]]),
+        unit("conductor", "a"),  # no workflow ran (refused input)
+        unit("conductor", "b", ["smollm2", "gemma", "vote"], [[], [0], [0, 1]], rounds=2),
+        {"method": "old record", "dataset": "a"},  # written before records had workflows
+    ]
+    a, b = workflow_shapes(records, ["conductor", "old record", "absent"], ["a", "b"])
+    assert (a.n, a.ran, a.multi_step, a.steps, a.rounds) == (4, 3, 0.5, pytest.approx(5 / 3), 1.0)
+    assert a.common == [("gemma[] -> check[all]", pytest.approx(2 / 3)), ("gemma[]", pytest.approx(1 / 3))]
+    assert (b.n, b.multi_step, b.steps, b.rounds) == (1, 1.0, 3.0, 2.0)
+    assert b.common == [("smollm2[] -> gemma[0] -> vote[0,1] (2 rounds)", 1.0)]
+    assert shape_text({"workers": ["x"], "access": ["all"], "rounds": 1}) == "x[all]"
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
