@@ -40,8 +40,10 @@ def _cells(a: Aggregate) -> list[str]:
     return [str(a.n), accuracy, _money(a.cost), f"{a.tokens:,.0f}", f"{a.calls:.2f}", f"{a.error_rate:.1%}"]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int) -> list[str]:
-    aligns = ["---" if i < numeric_from else "--:" for i in range(len(header))]
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int, text_from: int = 0) -> list[str]:
+    """A Markdown table whose columns from ``numeric_from`` on are right-aligned, up to ``text_from`` if given."""
+    numeric = range(numeric_from, text_from or len(header))
+    aligns = ["--:" if i in numeric else "---" for i in range(len(header))]
     return [f"| {' | '.join(row)} |" for row in (header, aligns, *rows)]
 
 
@@ -101,7 +103,7 @@ def markdown_report(
             "",
         ]
         header = ["method", "dataset", "n", "multi-step %", "steps", "rounds", "most common workflows"]
-        lines += _table(header, [_shape_cells(s) for s in shapes], 2)
+        lines += _table(header, [_shape_cells(s) for s in shapes], 2, text_from=len(header) - 1)
     return "\n".join(lines) + "\n"
 
 

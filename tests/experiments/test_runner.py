@@ -422,6 +422,7 @@ def test_the_report_has_one_row_per_method_and_says_simulated(tmp_path):
     assert len(per_dataset) == 2 + 2 * 2
     shapes = [line for line in sections[4].splitlines() if line.startswith("|")]
     assert sections[4].startswith("Workflow shapes") and len(shapes) == 2 + 2 * 2
+    assert shapes[1] == "| --- | --- | --: | --: | --: | --: | --- |"  # the workflows are text
     assert shapes[2] == "| oracle | simulated/math500 | 8 | 0 | 1.00 | 1.00 | `oracle[]` 100% |"
     data = json.loads(paths["results"].read_text())
     assert data["simulated"] and data["units"] == 32 and len(data["overall"]) == 2 and len(data["per_dataset"]) == 4
