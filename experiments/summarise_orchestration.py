@@ -1,0 +1,124 @@
+"""Issue 11's summary of the orchestration runs: ``results/orchestration/summary.json`` and ``ablation.md``, read from
+the records of the two bench runs (``orchestration_ablation.yaml``, ``orchestration_unseen_families.yaml``).
+
+Test questions that a training or selection phase saw (the expert pilot's train and validation parts) are left out
+of every system alike. Choices, made the same way for every run:
+
+- "best single worker": the single model with the highest accuracy on these test questions (its best case);
+- "best fixed pipeline": per family, the fixed pipeline of the ablation config with the highest validation accuracy
+  in the oracle table (``results/orchestration/oracle``), an oracle that is told the family;
+- the unseen families compare the trained conductor with the single model best on them.
+
+    python experiments/summarise_orchestration.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from conductor.cli._config import load_run_config
+from conductor.experiments import ALL, RESULTS_FILE, ResultsFile, aggregate, load_config
+from conductor.experiments.datasets import example_id
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+RESULTS = Path(__file__).resolve().parent / "results" / "orchestration"
+SINGLES = ("smollm2", "gemma")
+PIPELINES = ("gemma -> check", "smollm2 -> check")
+TRAINED = "trained conductor"
+UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus python")
+DIRECT = ("trained router", "untrained conductor", "mixture-of-agents", "trained conductor, max_depth 1")
+
+
+def records(config_name: str) -> list[dict[str, Any]]:
+    return ResultsFile(load_config(CONFIGS / config_name).output / RESULTS_FILE).read()
+
+
+def score(units: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
+    a = aggregate(name, ALL, units)
+    return {
+        "accuracy": round(a.accuracy, 4),
+        "ci95": [round(a.ci_low, 4), round(a.ci_high, 4)],
+        "n": a.n,
+        "calls_per_question": round(a.calls, 3),
+        "tokens_per_question": round(a.tokens, 1),
+    }
+
+
+def of(units: Sequence[dict[str, Any]], method: str, dataset: str | None = None) -> list[dict[str, Any]]:
+    return [r for r in units if r["method"] == method and dataset in (None, r["dataset"])]
+
+
+def best_pipeline_on_validation(family: str) -> str:
+    oracle = json.loads((RESULTS / "oracle" / "results.json").read_text())["per_dataset"]
+    validation = {a["method"]: a["accuracy"] for a in oracle if a["dataset"] == family and a["method"] in PIPELINES}
+    return max(PIPELINES, key=lambda name: validation[name])
+
+
+def main() -> None:
+    pilot = load_run_config(CONFIGS / "orchestration_expert_pilot.yaml").splits()
+    seen = {example_id(e) for e in [*pilot.train, *pilot.val]}
+    every_test = records("orchestration_ablation.yaml")
+    test = [r for r in every_test if r["example_id"] not in seen]
+    unseen = [r for r in records("orchestration_unseen_families.yaml") if r["example_id"] not in seen]
+    families = sorted({r["dataset"] for r in test})
+    pipelines = {family: best_pipeline_on_validation(family) for family in families}
+    best_single = max(SINGLES, key=lambda name: score(of(test, name), name)["accuracy"])
+    systems = {
+        "trained conductor": of(test, TRAINED),
+        "best single worker": of(test, best_single),
+        "best fixed pipeline": [r for f in families for r in of(test, pipelines[f], f)],
+        **{name: of(test, name) for name in DIRECT},
+    }
+    shapes = {f: [r["workflow"] for r in of(test, TRAINED, f)] for f in families}
+    best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
+    summary = {
+        "test": {name: score(units, name) for name, units in systems.items()},
+        "chosen": {"best single worker": best_single, "best fixed pipeline": pipelines},
+        "per_family": {
+            f: {name: score([r for r in units if r["dataset"] == f], name) for name, units in systems.items()}
+            for f in families
+        },
+        "multi_step_share": {
+            f: round(sum(bool(w) and len(w["workers"]) > 1 for w in ws) / len(ws), 4) for f, ws in shapes.items()
+        },
+        "unseen_pools": {
+            "training pool": score(of(test, TRAINED), TRAINED)["accuracy"],
+            **{name.removeprefix("unseen pool: "): score(of(test, name), name)["accuracy"] for name in UNSEEN_POOLS},
+        },
+        "unseen_families": {
+            "trained conductor": score(of(unseen, TRAINED), TRAINED)["accuracy"],
+            "best single worker": score(of(unseen, best_unseen), best_unseen)["accuracy"],
+            "best single worker is": best_unseen,
+            "n": len(of(unseen, TRAINED)),
+        },
+        "test_questions_left_out_as_seen_in_training": len({r["example_id"] for r in every_test} & seen),
+    }
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    table = ablation_table(summary, families)
+    (RESULTS / "ablation.md").write_text(table)
+    print(table)
+    for key in ("multi_step_share", "unseen_pools", "unseen_families"):
+        print(f"{key}: {json.dumps(summary[key])}")
+
+
+def ablation_table(summary: dict[str, Any], families: Sequence[str]) -> str:
+    """The Markdown ablation table: accuracy with its 95% Wilson interval per family and over both, calls and
+    tokens per question (workers'), one row per system."""
+
+    def cell(s: dict[str, Any]) -> str:
+        return f"{100 * s['accuracy']:.0f} [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}]"
+
+    header = ["system", *(f"{f} % (n)" for f in families), "both % [95% CI]", "calls / q", "tokens / q"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, total in summary["test"].items():
+        per = [f"{cell(summary['per_family'][f][name])} ({summary['per_family'][f][name]['n']})" for f in families]
+        row = [name, *per, cell(total), f"{total['calls_per_question']:.2f}", f"{total['tokens_per_question']:.0f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
