@@ -51,10 +51,11 @@ def of(units: Sequence[dict[str, Any]], method: str, dataset: str | None = None)
     return [r for r in units if r["method"] == method and dataset in (None, r["dataset"])]
 
 
-def best_pipeline_on_validation(family: str) -> str:
+def best_pipelines_on_validation(families: Sequence[str]) -> dict[str, str]:
+    """Per family, the ablation's fixed pipeline with the highest validation accuracy in the oracle table."""
     oracle = json.loads((RESULTS / "oracle" / "results.json").read_text())["per_dataset"]
-    validation = {a["method"]: a["accuracy"] for a in oracle if a["dataset"] == family and a["method"] in PIPELINES}
-    return max(PIPELINES, key=lambda name: validation[name])
+    validation = {(a["method"], a["dataset"]): a["accuracy"] for a in oracle}
+    return {family: max(PIPELINES, key=lambda name: validation[name, family]) for family in families}
 
 
 def main() -> None:
@@ -64,7 +65,7 @@ def main() -> None:
     test = [r for r in every_test if r["example_id"] not in seen]
     unseen = [r for r in records("orchestration_unseen_families.yaml") if r["example_id"] not in seen]
     families = sorted({r["dataset"] for r in test})
-    pipelines = {family: best_pipeline_on_validation(family) for family in families}
+    pipelines = best_pipelines_on_validation(families)
     best_single = max(SINGLES, key=lambda name: score(of(test, name), name)["accuracy"])
     systems = {
         "trained conductor": of(test, TRAINED),

@@ -72,14 +72,20 @@ def aggregate(method: str, dataset: str, records: Sequence[dict[str, Any]]) -> A
     )
 
 
+def by_method_and_dataset(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The records of each ``(method, dataset)``, in the order given."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["method"], record["dataset"]), []).append(record)
+    return groups
+
+
 def summarise(
     records: Iterable[dict[str, Any]], methods: Sequence[str], datasets: Sequence[str]
 ) -> tuple[list[Aggregate], list[Aggregate]]:
     """``(overall, per_dataset)``: one aggregate per method over every dataset (every question of every dataset and
     seed pooled), and one per method and dataset; in the order of ``methods`` and ``datasets``."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault((record["method"], record["dataset"]), []).append(record)
+    groups = by_method_and_dataset(records)
     per_dataset = [aggregate(m, d, groups.get((m, d), [])) for m in methods for d in datasets]
     overall = [aggregate(m, ALL, [r for d in datasets for r in groups.get((m, d), [])]) for m in methods]
     return overall, per_dataset
@@ -114,11 +120,9 @@ def shape_text(workflow: dict[str, Any]) -> str:
 def workflow_shapes(
     records: Iterable[dict[str, Any]], methods: Sequence[str], datasets: Sequence[str], top: int = 3
 ) -> list[Shapes]:
-    """One ``Shapes`` per method and dataset that has records (``top`` common workflows each), in the order of
-    ``methods`` and ``datasets``; methods that never ran a workflow are left out."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault((record["method"], record["dataset"]), []).append(record)
+    """One ``Shapes`` per method and dataset (``top`` common workflows each), in the order of ``methods`` and
+    ``datasets``; methods that never ran a workflow are left out."""
+    groups = by_method_and_dataset(records)
     out = []
     for method in methods:
         if not any(r.get("workflow") for d in datasets for r in groups.get((method, d), [])):
