@@ -111,10 +111,10 @@ def workflow_shape(pool: WorkerPool, prediction: dspy.Prediction) -> dict[str, A
     workflow = prediction.get("workflow")
     if workflow is None:
         return None
-    names = pool.names
+    shape = workflow.shape(pool.names)
     return {
-        "workers": [names[step.worker] if step.worker < len(names) else "conductor" for step in workflow.steps],
-        "access": [step.access if step.access == "all" else list(step.access) for step in workflow.steps],
+        "workers": [worker for worker, _ in shape],
+        "access": [access if access == "all" else list(access) for _, access in shape],
         "rounds": len(prediction.get("rounds") or ()) or 1,
     }
 

@@ -20,6 +20,7 @@ import json
 import re
 import reprlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -155,6 +156,13 @@ class Workflow:
         """Indices of the earlier steps step ``index`` may see."""
         access = self.steps[index].access
         return tuple(range(index)) if access == "all" else tuple(access)
+
+    def shape(self, worker_names: Sequence[str]) -> tuple[tuple[str, Access], ...]:
+        """What the workflow does, without its subtasks: each step's worker by name (``worker_names[i]`` is Model i;
+        a step past the pool, on the conductor itself, is "conductor") and the steps it sees."""
+        return tuple(
+            (worker_names[s.worker] if s.worker < len(worker_names) else "conductor", s.access) for s in self.steps
+        )
 
     # ---- writing -------------------------------------------------------------------------------------------------
     def to_text(self) -> str:

@@ -18,14 +18,15 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dspy
 import pydantic
 
+from conductor._stats import wilson_interval
 from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Conductor, Limits, RunError, Step, Workflow
 from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
@@ -34,7 +35,9 @@ from conductor.optimizers._rewards import Metric, Reward, RewardConfig, score
 if TYPE_CHECKING:
     import torch
 
-    from conductor.conductor_lm import ConductorLM, LogitsProcessorLike
+    from conductor.conductor_lm import ConductorLM
+    from conductor.optimizers.grpo._config import RolloutConfig
+    from conductor.optimizers.grpo._rollouts import ProcessorFactory, Rollout
 
 logger = logging.getLogger(__name__)
 
@@ -159,12 +162,17 @@ def warm_start(
     config: WarmStartConfig | None = None,
 ) -> WarmStartReport:
     """Fine-tune ``policy``'s trainable weights (its LoRA adapters) to write each example's workflow for the prompt
-    ``program`` sends for its question: AdamW, cosine schedule with linear warmup, padded batches, the same result for
-    the same seed. Don't sample from the policy in another thread meanwhile."""
+    ``program`` sends for its question (``fine_tune`` on ``training_pairs``)."""
+    config = config or WarmStartConfig()
+    return fine_tune(policy, training_pairs(policy, program, examples, config.max_length), config)
+
+
+def fine_tune(policy: ConductorLM, pairs: Sequence[TokenPair], config: WarmStartConfig) -> WarmStartReport:
+    """Fine-tune ``policy``'s trainable weights on ``pairs`` (completion tokens only): AdamW, cosine schedule with
+    linear warmup, padded batches, the same result for the same seed. Don't sample from the policy in another thread
+    meanwhile."""
     import torch
 
-    config = config or WarmStartConfig()
-    pairs = training_pairs(policy, program, examples, config.max_length)
     params = policy.trainable_parameters()
     if not params:
         raise ConductorError("the policy has no trainable weights")
@@ -355,11 +363,38 @@ class ExpertIterationConfig(pydantic.BaseModel):
     )
     per_label: int = pydantic.Field(8, ge=1, description="kept workflows trained on per label, with `balance_by`")
     min_reward: float = pydantic.Field(1.0, description="the reward a workflow must earn to be kept")
+    keep: Literal["earned", "above_base_rate"] = pydantic.Field(
+        "earned",
+        description="'earned': every workflow that earned `min_reward`; 'above_base_rate': only those whose shape "
+        "(workers by name and access lists, subtasks aside) earned it more often, over the label's samples, than the "
+        "label's samples as a whole, with 95% confidence (the Wilson interval's low end above the label's share): on "
+        "a family the workers answer at chance, a workflow that scored once is noise",
+    )
     temperature: float = pydantic.Field(1.0, gt=0)
     max_new_tokens: int = pydantic.Field(256, ge=1, description="most tokens of a sampled workflow")
+    randomise_pool: bool = pydantic.Field(
+        True, description="each question sees a random k-of-n subset of the pool, shuffled, as in GRPO"
+    )
+    min_pool_size: int = pydantic.Field(1, ge=1, description="smallest k with randomise_pool")
+    max_pool_size: int | None = pydantic.Field(None, ge=1, description="largest k with randomise_pool; None: n")
     max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="sampled workflows run at once over the pool")
     seed: int = 0
     warm_start: WarmStartConfig = WarmStartConfig(steps=40)
+
+    def rollouts(self) -> RolloutConfig:
+        """How the workflows are sampled and run: GRPO's rollouts, ``samples`` to a question."""
+        from conductor.optimizers.grpo._config import RolloutConfig
+
+        return RolloutConfig(
+            group_size=self.samples,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            randomise_pool=self.randomise_pool,
+            min_pool_size=self.min_pool_size,
+            max_pool_size=self.max_pool_size,
+            max_parallel_rollouts=self.max_parallel_rollouts,
+            seed=self.seed,
+        )
 
 
 @dataclass(frozen=True)
@@ -370,9 +405,11 @@ class ExpertIterationReport:
     """Per label (``"all"`` without ``balance_by``): the share of sampled workflows that earned ``min_reward``, the
     policy's score before the warm start."""
     kept: dict[str, int]
-    """Per label: the distinct (question, workflow) pairs that earned it."""
+    """Per label: the distinct (question, pool, workflow) rollouts kept."""
     warm_start: WarmStartReport | None
     """The fine-tune on the kept workflows; ``None`` when none was kept."""
+    rollouts: tuple[Rollout, ...] = ()
+    """Every sampled workflow, in the order of the training questions, ``samples`` each."""
 
 
 def expert_iteration(
@@ -382,58 +419,73 @@ def expert_iteration(
     metric: Metric,
     config: ExpertIterationConfig | None = None,
     *,
-    logits_processor: LogitsProcessorLike | None = None,
+    logits_processor: ProcessorFactory | None = None,
 ) -> ExpertIterationReport:
-    """Sample ``samples`` workflows per training question from ``policy`` (under ``logits_processor``, e.g. the
-    workflow grammar), run each over ``program``'s pool, keep the ones that earned ``min_reward``
-    (``from_predictions``) and ``warm_start`` the policy on them, the same number per label.
+    """Sample ``samples`` workflows per training question from ``policy`` and run each over ``program``'s pool,
+    exactly as GRPO's rollouts do (``RolloutCollector``: a random pool per question with ``randomise_pool``, the
+    logits processor ``logits_processor`` makes for each pool and round, e.g. the workflow grammar, recursive rounds
+    sampled when a workflow names the conductor); keep the ones that earned ``min_reward`` (see ``keep``) and
+    fine-tune the policy on their own tokens, every round's, the same number per label.
 
     For pools where the right workflow is rare at first: GRPO learns only from groups that hold both a better and a
     worse workflow, so a family whose right workflow the policy samples a few times in a hundred teaches it nothing,
-    while expert iteration keeps those few. Labels that never scored are left out with a warning; if none scored,
-    nothing is trained (the report says so)."""
+    while expert iteration keeps those few. Labels that kept nothing are left out with a warning; if none kept
+    anything, nothing is trained (the report says so)."""
+    from conductor.optimizers.grpo._rollouts import RolloutCollector
+
     config = config or ExpertIterationConfig()
     if not trainset:
         raise ConductorError("expert iteration needs at least one training question; got none")
-    questions = [_question(program, example.inputs()) for example in trainset]
-    rows = policy.sample(
-        [program.prompt_messages(q) for q in questions],
-        config.samples,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
-        logits_processor=logits_processor,
-    )
-    jobs = [(example, q, s.text) for example, q, row in zip(trainset, questions, rows, strict=True) for s in row]
-    runner = program.copy_with()
-    runner.fallback = "none"  # an unusable workflow is never kept: running the fallback for it would be wasted
-
-    def run(job: tuple[dspy.Example, str, str]) -> dspy.Prediction:
-        _, question, text = job
-        return runner.run_reply(question, runner.read_completion(text))
-
-    with ThreadPoolExecutor(config.max_parallel_rollouts) as threads:
-        predictions = list(threads.map(run, jobs))
-    labels: dict[str, list[int]] = {}
-    for i, (example, _, _) in enumerate(jobs):
-        labels.setdefault("all" if config.balance_by is None else str(example.get(config.balance_by)), []).append(i)
-    reward = RewardConfig()
-    earned = [
-        _earned(p, score(job[0], p, metric, reward), config.min_reward)
-        for job, p in zip(jobs, predictions, strict=True)
-    ]
+    rollout_config = config.rollouts()
+    if problem := rollout_config.pool_problem(len(program.pool)):
+        raise ConfigError(f"can't run expert iteration: {problem}")
+    collector = RolloutCollector(policy, program, metric, rollout_config, logits_processor)
+    rollouts = collector.collect(list(enumerate(trainset)), step=0).rollouts
+    labels: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        label = "all" if config.balance_by is None else str(trainset[rollout.example].get(config.balance_by))
+        labels.setdefault(label, []).append(rollout)
     right, kept = {}, {}
     for label, members in labels.items():
-        right[label] = sum(earned[i] for i in members) / len(members)
-        kept[label] = _kept_pairs(
-            [jobs[i][0] for i in members], [predictions[i] for i in members], [earned[i] for i in members]
-        )
-    missing = [label for label, pairs in kept.items() if not pairs]
+        earned = [r for r in members if r.reward.format_ok and r.reward.value >= config.min_reward]
+        right[label] = len(earned) / len(members)
+        if config.keep == "above_base_rate":
+            earned = _above_base_rate(members, earned)
+        kept[label] = _distinct(earned)
+    missing = [label for label, found in kept.items() if not found]
     if missing:
-        logger.warning("expert iteration: no sampled workflow earned %s for %s", config.min_reward, ", ".join(missing))
+        logger.warning("expert iteration: no sampled workflow was kept for %s", ", ".join(missing))
     if config.balance_by is None:
-        pairs = kept["all"]
+        chosen = kept["all"]
     else:
-        pairs = [pair for found in kept.values() for pair in itertools.islice(itertools.cycle(found), config.per_label)]
-    report = warm_start(policy, program, pairs, config.warm_start) if pairs else None
-    return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report)
+        chosen = [r for found in kept.values() for r in itertools.islice(itertools.cycle(found), config.per_label)]
+    pairs = [(list(s.prompt_ids), list(s.token_ids)) for r in chosen for s in r.samples]
+    report = fine_tune(policy, pairs, config.warm_start) if pairs else None
+    return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report, tuple(rollouts))
+
+
+def _shape(rollout: Rollout) -> tuple[tuple[str, Any], ...]:
+    return rollout.workflow.shape(rollout.workers) if rollout.workflow is not None else ()
+
+
+def _above_base_rate(members: Sequence[Rollout], earned: Sequence[Rollout]) -> list[Rollout]:
+    """The ``earned`` rollouts whose workflow shape earned more often than ``members`` as a whole, with 95%
+    confidence: the low end of its Wilson interval above the label's share."""
+    base = len(earned) / len(members)
+    tried = Counter(_shape(r) for r in members)
+    scored = Counter(_shape(r) for r in earned)
+    better = {shape for shape, n in scored.items() if wilson_interval(n, tried[shape])[0] > base}
+    logger.info("expert iteration: %d of %d earning shapes beat the base rate %.3f", len(better), len(scored), base)
+    return [r for r in earned if _shape(r) in better]
+
+
+def _distinct(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """``rollouts`` without repeats: the same question, pool and completions kept once."""
+    seen: set[tuple[int, tuple[str, ...], tuple[str, ...]]] = set()
+    out = []
+    for rollout in rollouts:
+        key = (rollout.example, rollout.workers, tuple(s.text for s in rollout.samples))
+        if key not in seen:
+            seen.add(key)
+            out.append(rollout)
+    return out
