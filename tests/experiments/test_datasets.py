@@ -497,6 +497,21 @@ def test_a_mix_deals_a_seeded_random_draw_of_each_source_in_turn():
     assert [e.question for e in mix if e.family == "a"] != ["a 0", "a 1", "a 2"]  # a draw, not the first n
 
 
+def test_a_mix_from_a_split_part_never_holds_a_question_of_the_other_parts():
+    loader = "tests.experiments.test_datasets:numbered"
+    source = {"loader": loader, "args": {"family": "a", "count": 40}, "n": 20, "part": "train"}
+    mix = load_mix([source], seed=3)
+    parts = split(numbered("a", 40), 0)  # the bench's split of the same benchmark
+    assert {e.question for e in mix} <= {e.question for e in parts.train}
+    assert not {e.question for e in mix} & {e.question for e in parts.test}
+    other = load_mix([{**source, "split_seed": 1}], seed=3)
+    assert {e.question for e in other} <= {e.question for e in split(numbered("a", 40), 1).train}
+    with pytest.raises(ConfigError, match="has 8 examples, not 20"):
+        load_mix([{**source, "part": "test"}])
+    with pytest.raises(ConfigError, match="part must be one of"):
+        load_mix([{**source, "part": "holdout"}])
+
+
 def test_a_mix_refuses_a_bad_source_clearly():
     loader = "tests.experiments.test_datasets:numbered"
     with pytest.raises(ConfigError, match="has 2 examples, not 5"):

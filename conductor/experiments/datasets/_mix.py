@@ -11,6 +11,7 @@ import dspy
 
 from conductor._imports import import_object
 from conductor.errors import ConfigError
+from conductor.experiments.datasets._splits import Splits, split
 
 
 def load_mix(sources: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dspy.Example]:
@@ -19,16 +20,25 @@ def load_mix(sources: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dspy.E
     Each source is ``{"loader": "module:function", "args": {...}, "n": 50}``; score the mix with
     ``conductor.experiments.datasets:metric``, which picks each example's metric by its ``family``. A random draw,
     not the first ``n``: loaders return benchmark order, which is grouped (MMLU by subject, BIG-bench arithmetic by
-    digit count).
+    digit count). A source with ``"part": "train"`` (or ``"val"``, ``"test"``) draws from that part of the source's
+    seeded split (``split``, seed ``"split_seed"``, default 0), the part ``conductor bench`` takes it from: training
+    on the bench's train part never sees its test questions.
     """
     if not sources:
         raise ConfigError("load_mix needs at least one source")
     drawn = []
     for position, source in enumerate(sources):
-        unknown = set(source) - {"loader", "args", "n"}
+        unknown = set(source) - {"loader", "args", "n", "part", "split_seed"}
         if "loader" not in source or "n" not in source or unknown:
-            raise ConfigError(f"source {position} must have `loader` and `n` (and may have `args`), not {dict(source)}")
+            raise ConfigError(
+                f"source {position} must have `loader` and `n` (and may have `args`, `part`, `split_seed`), not "
+                f"{dict(source)}"
+            )
         examples = list(import_object(source["loader"])(**source.get("args", {})))
+        if "part" in source:
+            if source["part"] not in Splits._fields:
+                raise ConfigError(f"source {position}: part must be one of {Splits._fields}, not {source['part']!r}")
+            examples = getattr(split(examples, source.get("split_seed", 0)), source["part"])
         if len(examples) < source["n"]:
             raise ConfigError(f"source {position} ({source['loader']}) has {len(examples)} examples, not {source['n']}")
         drawn.append(random.Random(f"{seed}:{position}").sample(examples, source["n"]))
