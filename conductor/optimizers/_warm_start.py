@@ -425,7 +425,10 @@ def expert_iteration(
     exactly as GRPO's rollouts do (``RolloutCollector``: a random pool per question with ``randomise_pool``, the
     logits processor ``logits_processor`` makes for each pool and round, e.g. the workflow grammar, recursive rounds
     sampled when a workflow names the conductor); keep the ones that earned ``min_reward`` (see ``keep``) and
-    fine-tune the policy on their own tokens, every round's, the same number per label.
+    fine-tune the policy, the same number per label, to write their first round's workflow for the prompt it was
+    sampled for (its pool's), in canonical text: grammar-constrained samples split the same text into tokens in
+    many ways (16 of 16 SmolLM2 samples were not tokenised as their text is), and training on one tokenisation is
+    what made the learning test's families learnable. Recursive rounds are GRPO's to learn.
 
     For pools where the right workflow is rare at first: GRPO learns only from groups that hold both a better and a
     worse workflow, so a family whose right workflow the policy samples a few times in a hundred teaches it nothing,
@@ -459,7 +462,7 @@ def expert_iteration(
         chosen = kept["all"]
     else:
         chosen = [r for found in kept.values() for r in itertools.islice(itertools.cycle(found), config.per_label)]
-    pairs = [(list(s.prompt_ids), list(s.token_ids)) for r in chosen for s in r.samples]
+    pairs = [(list(r.sample.prompt_ids), completion_ids(policy, r.workflow)) for r in chosen]
     report = fine_tune(policy, pairs, config.warm_start) if pairs else None
     return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report, tuple(rollouts))
 
