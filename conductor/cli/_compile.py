@@ -41,6 +41,7 @@ def handle(args: argparse.Namespace) -> int:
             student = config.conductor(policy)
         grpo = config.grpo if policy is not None else None
         expert = config.expert_iteration if policy is not None else None
+        templates = config.template_warm_start if policy is not None else None
         trained = grpo or expert  # the phases that sample from the policy, under the grammar if the program has one
         budget = None
         if spec.budget_trials:
@@ -61,6 +62,7 @@ def handle(args: argparse.Namespace) -> int:
             )
             if spec.few_shot
             else None,
+            template_warm_start=templates,
             expert_iteration=expert,
             grpo=grpo,
             rounds=spec.rounds,

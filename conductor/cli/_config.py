@@ -29,7 +29,7 @@ from conductor.errors import ConfigError, invalid_config
 from conductor.experiments.datasets import BUILTIN_METRICS, DataFile, Splits, split
 from conductor.local import EMBEDDED_MODELS
 from conductor.modules import Conductor, WorkerPool
-from conductor.optimizers import BudgetSpace, ExpertIterationConfig
+from conductor.optimizers import BudgetSpace, ExpertIterationConfig, TemplateWarmStartConfig
 from conductor.optimizers.grpo import GRPOConfig
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class RunConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     program: ProgramSection = ProgramSection()
     data: DataSection
+    template_warm_start: TemplateWarmStartConfig | None = None
     expert_iteration: ExpertIterationConfig | None = None
     grpo: GRPOConfig | None = None
     compile: CompileSection | None = None

@@ -8,11 +8,14 @@ from conductor.optimizers._rewards import Reward, RewardConfig, score
 from conductor.optimizers._warm_start import (
     ExpertIterationConfig,
     ExpertIterationReport,
+    TemplateStep,
+    TemplateWarmStartConfig,
     WarmStartConfig,
     WarmStartReport,
     expert_iteration,
     from_predictions,
     synthetic_workflows,
+    templated_workflows,
     warm_start,
 )
 
@@ -39,6 +42,8 @@ __all__ = [
     "PromptSearch",
     "Reward",
     "RewardConfig",
+    "TemplateStep",
+    "TemplateWarmStartConfig",
     "TunedPoint",
     "WarmStartConfig",
     "WarmStartReport",
@@ -49,5 +54,6 @@ __all__ = [
     "from_predictions",
     "score",
     "synthetic_workflows",
+    "templated_workflows",
     "warm_start",
 ]

@@ -27,7 +27,13 @@ from conductor.local import trainable_policy
 from conductor.modules import Conductor
 from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._prompt_search import WorkflowMetric
-from conductor.optimizers._warm_start import ExpertIterationConfig, expert_iteration
+from conductor.optimizers._warm_start import (
+    ExpertIterationConfig,
+    TemplateWarmStartConfig,
+    expert_iteration,
+    templated_workflows,
+    warm_start,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,9 @@ class ConductorCompiler(Teleprompter):
             with a budget phase, the plot of its Pareto front (``pareto.png``).
         prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
             ``PromptSearch``); ``None`` skips the prompt phases.
+        template_warm_start: a ``TemplateWarmStartConfig`` (or its fields as a dict): a first phase that fine-tunes
+            a trainable conductor on known-good workflow templates per task family, over random pools
+            (``templated_workflows``).
         expert_iteration: an ``ExpertIterationConfig`` (or its fields as a dict): a phase before the first GRPO
             phase that fine-tunes a trainable conductor on the workflows it sampled that scored, for when GRPO alone
             would rarely sample a family's right workflow (``expert_iteration``).
@@ -80,6 +89,7 @@ class ConductorCompiler(Teleprompter):
         *,
         output_dir: str | Path,
         prompt_search: Teleprompter | None = None,
+        template_warm_start: Any = None,
         expert_iteration: Any = None,
         grpo: Any = None,
         rounds: int = 1,
@@ -97,6 +107,7 @@ class ConductorCompiler(Teleprompter):
         self.metric = metric
         self.output_dir = Path(output_dir)
         self.prompt_search = prompt_search
+        self.template_warm_start = template_warm_start
         self.expert_iteration = expert_iteration
         self.grpo = grpo
         self.rounds = rounds
@@ -146,9 +157,12 @@ class ConductorCompiler(Teleprompter):
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
         policy = trainable_policy(student.orchestrate.lm)
-        if (self.grpo is not None or self.expert_iteration is not None) and policy is None:
+        weights = (self.template_warm_start, self.expert_iteration, self.grpo)
+        if any(phase is not None for phase in weights) and policy is None:
             logger.warning("the conductor LM is not a trainable ConductorLM: its weights are not trained")
         phases: list[tuple[str, Phase]] = []
+        if self.template_warm_start is not None and policy is not None:
+            phases.append(("template-warm-start", self._template_phase))
         if self.expert_iteration is not None and policy is not None:
             phases.append(("expert-iteration", self._expert_phase))
         for r in range(1, self.rounds + 1):
@@ -167,6 +181,26 @@ class ConductorCompiler(Teleprompter):
         return (
             searched,
             f"conductor and role instructions; {demos} few-shot workflow(s) ({type(self.prompt_search).__name__})",
+        )
+
+    def _template_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
+        config = TemplateWarmStartConfig.model_validate(self.template_warm_start)
+        examples = templated_workflows(
+            program.pool,
+            trainset,
+            config.templates,
+            label=config.label,
+            pools_per_question=config.pools_per_question,
+            min_pool_size=config.min_pool_size,
+            seed=config.seed,
+        )
+        if not examples:
+            return program, f"nothing: no training question's {config.label} has a template"
+        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config.training)
+        return program, (
+            f"the conductor's LoRA weights: a warm start on {len(examples)} templated workflows "
+            f"({', '.join(config.templates)}; {config.pools_per_question} random pools a question), "
+            f"{report.steps} steps"
         )
 
     def _expert_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:

@@ -28,7 +28,7 @@ import pydantic
 
 from conductor._stats import wilson_interval
 from conductor.errors import ConductorError, ConfigError
-from conductor.modules import Conductor, Limits, RunError, Step, Workflow
+from conductor.modules import Conductor, Limits, RunError, Step, WorkerPool, Workflow
 from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
 from conductor.optimizers._rewards import Metric, Reward, RewardConfig, score
 
@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TrainingExample = tuple[Mapping[str, Any], Workflow]
-"""The user's input fields for one question (``{"question": ...}``) and a valid workflow for it."""
+TrainingExample = tuple[Mapping[str, Any], Workflow] | tuple[Mapping[str, Any], Workflow, WorkerPool]
+"""The user's input fields for one question (``{"question": ...}``) and a valid workflow for it; optionally the pool
+the conductor sees for it (a subset or order of the program's, as in randomised-pool training), else the program's."""
 
 TokenPair = tuple[list[int], list[int]]
 """Prompt token ids and completion token ids (the workflow text and end-of-sequence)."""
@@ -101,19 +102,25 @@ def training_pairs(
     policy: ConductorLM, program: Conductor, examples: Sequence[TrainingExample], max_length: int
 ) -> list[TokenPair]:
     """Token pairs for ``examples``, after checking every one; raises ``ConductorError`` listing each unusable
-    example (not a pair, missing inputs, a workflow ``program``'s pool can't run, too long)."""
+    example (not an example, missing inputs, a workflow its pool can't run, too long)."""
     if not examples:
         raise ConductorError("the warm start needs at least one (inputs, Workflow) example; got none")
     problems: list[str] = []
     pairs: list[TokenPair] = []
     for i, example in enumerate(examples):
-        if not (isinstance(example, tuple) and len(example) == 2 and isinstance(example[1], Workflow)):
-            problems.append(f"example {i}: not an (inputs, Workflow) pair: {type(example).__name__}")
+        if not (
+            isinstance(example, tuple)
+            and len(example) in (2, 3)
+            and isinstance(example[1], Workflow)
+            and (len(example) == 2 or isinstance(example[2], WorkerPool))
+        ):
+            problems.append(f"example {i}: not an (inputs, Workflow[, WorkerPool]) tuple: {type(example).__name__}")
             continue
-        inputs, workflow = example
-        found = [f"example {i}: {p}" for p in program.workflow_problems(workflow)]
+        inputs, workflow, *pool = example
+        seen = program.copy_with(pool=pool[0]) if pool else program
+        found = [f"example {i}: {p}" for p in seen.workflow_problems(workflow)]
         try:
-            prompt = policy.encode(program.prompt_messages(_question(program, inputs)))
+            prompt = policy.encode(seen.prompt_messages(_question(seen, inputs)))
         except ConductorError as exc:
             found.append(f"example {i}: {exc}")
         if found:
@@ -298,6 +305,74 @@ def synthetic_workflows(
         workflow = _synthetic_workflow(_question_text(question), pool_size, max_steps, rng)
         pairs.append((inputs, workflow.validate(pool_size, Limits(max_steps=max_steps))))
     return pairs
+
+
+class TemplateStep(pydantic.BaseModel):
+    """One step of a workflow template: a worker by name, its subtask, and the earlier steps it sees."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    worker: str = pydantic.Field(min_length=1)
+    subtask: str = pydantic.Field(min_length=1)
+    access: Literal["all"] | tuple[pydantic.NonNegativeInt, ...] = "all"
+
+
+def templated_workflows(
+    pool: WorkerPool,
+    examples: Sequence[dspy.Example],
+    templates: Mapping[str, Sequence[TemplateStep]],
+    *,
+    label: str,
+    pools_per_question: int = 4,
+    min_pool_size: int = 1,
+    seed: int = 0,
+) -> list[TrainingExample]:
+    """Warm-start examples from known-good workflow templates (say, the best fixed pipeline of each task family in
+    an oracle table), over random pools so that the conductor learns workers by name, not by place: for every
+    example whose ``label`` field has a template, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each
+    pool a random subset and order of ``pool`` that holds the template's workers (at least ``min_pool_size``
+    workers), each workflow the template on those workers' places in it. Examples without a template are left out;
+    a template naming a worker ``pool`` lacks is a ``ConfigError``."""
+    names = pool.names
+    problems = [
+        f"template {key!r}: no worker named {step.worker!r} (the pool has {', '.join(names)})"
+        for key, steps in templates.items()
+        for step in steps
+        if step.worker not in names
+    ]
+    problems += [f"template {key!r} has no steps" for key, steps in templates.items() if not steps]
+    if problems:
+        raise ConfigError("unusable workflow templates:\n" + "\n".join(f"  {p}" for p in problems))
+    rng = random.Random(seed)
+    out: list[TrainingExample] = []
+    for example in examples:
+        steps = templates.get(str(example.get(label)))
+        if steps is None:
+            continue
+        needed = list(dict.fromkeys(names.index(step.worker) for step in steps))
+        others = [i for i in range(len(names)) if i not in needed]
+        for _ in range(pools_per_question):
+            size = rng.randint(min(len(names), max(min_pool_size, len(needed))), len(names))
+            chosen = needed + rng.sample(others, size - len(needed))
+            rng.shuffle(chosen)
+            place = {names[i]: position for position, i in enumerate(chosen)}
+            workflow = Workflow(tuple(Step(place[s.worker], s.subtask, s.access) for s in steps))
+            out.append((dict(example.inputs()), workflow, pool.subset(chosen)))
+    return out
+
+
+class TemplateWarmStartConfig(pydantic.BaseModel):
+    """A warm start on ``templated_workflows``: the templates per label, how many random pools a question, and the
+    fine-tune's settings."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    templates: dict[str, tuple[TemplateStep, ...]] = pydantic.Field(
+        description="per label value (e.g. a task family), the workflow its questions are taught"
+    )
+    label: str = pydantic.Field("family", description="the example field whose value picks the template")
+    pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (and so examples) per question")
+    min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
+    seed: int = 0
+    training: WarmStartConfig = WarmStartConfig(steps=40)
 
 
 def from_predictions(

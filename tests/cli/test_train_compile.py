@@ -167,6 +167,29 @@ def test_compile_runs_expert_iteration_before_grpo(tmp_path: Path) -> None:
     assert "2 warm-start steps" in change
 
 
+def test_compile_runs_a_template_warm_start_first(tmp_path: Path) -> None:
+    templates = {
+        "even": [{"worker": "calc", "subtask": "Add.", "access": []}],
+        "odd": [{"worker": "title", "subtask": "Hm.", "access": []}, {"worker": "calc", "subtask": "Add."}],
+    }
+    warm = {"templates": templates, "pools_per_question": 2, "training": {"steps": 2, "max_length": 4096}}
+    config = write_config(tmp_path, template_warm_start=warm, grpo={**GRPO, "steps": 1}, compile={"few_shot": 0})
+    assert main(["compile", str(config), "--no-test"]) == 0
+    records = json.loads((tmp_path / "run" / "phases.json").read_text())
+    assert [r["phase"] for r in records] == ["start", "template-warm-start", "grpo-1"]
+    change = records[1]["change"]
+    assert "a warm start on 8 templated workflows (even, odd; 2 random pools a question), 2 steps" in change
+
+
+def test_a_template_naming_a_worker_outside_the_pool_fails_the_compile_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    warm = {"templates": {"even": [{"worker": "gpt-9", "subtask": "Add."}]}}
+    config = write_config(tmp_path, template_warm_start=warm, grpo={**GRPO, "steps": 1}, compile={"few_shot": 0})
+    assert main(["compile", str(config), "--no-test"]) == 2
+    assert "no worker named 'gpt-9'" in capsys.readouterr().err
+
+
 def test_expert_iteration_and_grpo_must_sample_workflows_of_one_length(tmp_path: Path) -> None:
     expert = {"max_new_tokens": 32}
     config = write_config(tmp_path, grpo={**GRPO, "max_new_tokens": 64}, expert_iteration=expert)

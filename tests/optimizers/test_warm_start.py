@@ -15,10 +15,12 @@ from conductor.errors import ConductorError, ConfigError  # noqa: E402
 from conductor.modules import Conductor, RunError, Step, StepTrace, WorkerPool, Workflow  # noqa: E402
 from conductor.modules._prompts import workflow_fields  # noqa: E402
 from conductor.optimizers._warm_start import (  # noqa: E402
+    TemplateStep,
     WarmStartConfig,
     completion_nll,
     from_predictions,
     synthetic_workflows,
+    templated_workflows,
     training_pairs,
     warm_start,
 )
@@ -164,7 +166,7 @@ def test_every_unusable_example_is_listed() -> None:
     assert "example 1: step 0: unknown worker 5 (the pool has workers 0..1)" in message
     assert "example 2: too many steps: 6 > max_steps=5" in message
     assert "example 3: missing input field(s): ['question']" in message
-    assert "example 4: not an (inputs, Workflow) pair" in message
+    assert "example 4: not an (inputs, Workflow[, WorkerPool]) tuple" in message
     with pytest.raises(ConductorError, match=r"example 1: \d+ tokens .* exceed max_length=50"):
         training_pairs(tiny(), program(), [({"question": "q" * 50}, ADD)] * 2, max_length=50)
 
@@ -215,3 +217,55 @@ def test_predictions_that_scored_well_become_training_pairs() -> None:
         from_predictions([example] * 2, predictions, exact)
     with pytest.raises(ConductorError, match="with_inputs"):
         from_predictions([dspy.Example(question="2+2?", answer="4")], predictions[:1], exact)
+
+
+# ---- templated workflows over random pools -------------------------------------------------------------------------
+def families(n: int = 3) -> list[dspy.Example]:
+    return [
+        dspy.Example(question=f"{family} {i}?", answer="4", family=family).with_inputs("question")
+        for family in ("sum", "lookup", "other")
+        for i in range(n)
+    ]
+
+
+TEMPLATES = {
+    "sum": (TemplateStep(worker="w1", subtask="Solve.", access=()), TemplateStep(worker="w3", subtask="Check.")),
+    "lookup": (TemplateStep(worker="w0", subtask="Answer", access=()),),
+}
+
+
+def test_templates_become_workflows_on_their_workers_places_in_random_pools() -> None:
+    conductor = program(workers=4)
+    examples = templated_workflows(
+        conductor.pool, families(), TEMPLATES, label="family", pools_per_question=5, min_pool_size=2, seed=1
+    )
+    assert len(examples) == 2 * 3 * 5  # "other" has no template: left out
+    orders = set()
+    for inputs, workflow, pool in examples:
+        family = inputs["question"].split()[0]
+        expected = tuple((step.worker, step.access) for step in TEMPLATES[family])
+        assert workflow.shape(pool.names) == expected  # the template's workers, wherever the pool put them
+        assert len(pool) >= 2 and set(pool.names) <= {"w0", "w1", "w2", "w3"}
+        orders.add(tuple(pool.names))
+    assert len(orders) > 5  # many subsets and orders, so places carry no meaning
+    again = templated_workflows(
+        conductor.pool, families(), TEMPLATES, label="family", pools_per_question=5, min_pool_size=2, seed=1
+    )
+    assert [(w, p.names) for _, w, p in again] == [(w, p.names) for _, w, p in examples]
+
+
+def test_a_template_naming_an_unknown_worker_is_a_clear_error() -> None:
+    bad = {"sum": (TemplateStep(worker="gpt", subtask="Solve."),), "lookup": ()}
+    with pytest.raises(ConfigError, match="no worker named 'gpt'") as error:
+        templated_workflows(program().pool, families(), bad, label="family")
+    assert "template 'lookup' has no steps" in str(error.value)
+
+
+def test_an_example_with_its_own_pool_is_trained_on_the_prompt_of_that_pool() -> None:
+    policy, conductor = tiny(), program(workers=3)
+    pool = conductor.pool.subset([2, 0])
+    ((prompt, _),) = training_pairs(policy, conductor, [({"question": "2+2?"}, ADD, pool)], max_length=4096)
+    seen = conductor.copy_with(pool=pool)
+    assert prompt == policy.encode(seen.prompt_messages("2+2?")) != policy.encode(conductor.prompt_messages("2+2?"))
+    with pytest.raises(ConductorError, match=r"example 0: .*step 0.*worker 1"):
+        training_pairs(policy, conductor, [({"question": "2+2?"}, ADD, conductor.pool.subset([2]))], 4096)
