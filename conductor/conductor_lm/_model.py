@@ -251,6 +251,17 @@ class ConductorLM(LocalModel):
         """The weights an optimizer should update: the LoRA adapters, or every weight without LoRA."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def trainable_state(self) -> list[torch.Tensor]:
+        """A copy of the trainable weights, to put back with ``restore_trainable_state`` (say, after a training
+        phase that did not help)."""
+        return [p.detach().clone() for p in self.trainable_parameters()]
+
+    @torch.no_grad()
+    def restore_trainable_state(self, state: Sequence[torch.Tensor]) -> None:
+        """Put back trainable weights copied by ``trainable_state``."""
+        for param, saved in zip(self.trainable_parameters(), state, strict=True):
+            param.copy_(saved)
+
     # ---- sampling in another dtype -----------------------------------------------------------------------------
     def sampling_model(self) -> Any:
         """The model ``sample`` generates with: the policy itself, or with ``sampling_dtype`` a plain copy of it in

@@ -143,12 +143,17 @@ class ConductorCompiler(Teleprompter):
             if name in state["done"]:
                 continue
             started = time.perf_counter()
+            policy = trainable_policy(best.orchestrate.lm)
+            weights = policy.trainable_state() if policy is not None else None
             candidate, change = run(best.deepcopy(), trainset, valset)
             record = self._evaluate(
                 name, candidate, valset, kept=False, seconds=time.perf_counter() - started, change=change
             )
             if record.score > state["best_score"]:
                 best, record.kept, state["best_score"] = candidate, True, record.score
+            elif weights is not None:
+                # a copy shares its conductor LM: a phase that trained the policy in place trained best's as well
+                policy.restore_trainable_state(weights)
             state["done"].append(name)
             state["records"].append(asdict(record))
             self._checkpoint(best, state)

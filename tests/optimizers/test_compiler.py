@@ -136,3 +136,40 @@ def test_bad_input_is_refused_clearly(tmp_path):
         ConductorCompiler(metric, output_dir=tmp_path / "d", prompt_search=SetInstructions(HINT)).compile(
             student(), trainset=EXAMPLES
         )
+
+
+def test_a_weight_phase_that_does_not_help_leaves_the_best_program_s_weights_as_they_were(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from conductor.conductor_lm import ConductorLM
+    from conductor.deploy import load_program
+    from conductor.local import trainable_policy
+    from conductor.optimizers import TemplateWarmStartConfig, templated_workflows, warm_start
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        policy = ConductorLM.tiny(seed=0)
+    program = Conductor(WorkerPool.from_config(POOL), policy.as_dspy_lm(max_tokens=8))
+    examples = [e.copy(family="sum") for e in EXAMPLES]
+    # teaches the title tool, which never answers: validation stays at 0, so the phase is not kept
+    warm = TemplateWarmStartConfig(
+        templates={"sum": [{"worker": "title", "subtask": "Hi.", "access": []}]},
+        pools_per_question=1,
+        training={"steps": 2, "lr": 0.05, "max_length": 4096},
+    )
+    before = policy.trainable_state()
+    compiled = ConductorCompiler(metric, output_dir=tmp_path, template_warm_start=warm).compile(
+        program, trainset=examples
+    )
+    rows = json.loads((tmp_path / "phases.json").read_text())
+    assert [(r["phase"], r["kept"]) for r in rows] == [("start", True), ("template-warm-start", False)]
+    unchanged = [
+        trainable_policy(compiled.orchestrate.lm),
+        trainable_policy(load_program(tmp_path / "best", trust_code=True).orchestrate.lm),
+    ]
+    for kept in unchanged:
+        assert all(torch.equal(a, b) for a, b in zip(before, kept.trainable_state(), strict=True))
+    # the phase did train: the same warm start outside the compiler moves the weights
+    pairs = templated_workflows(program.pool, examples, warm.templates, label="family", pools_per_question=1)
+    warm_start(policy, program, pairs, warm.training)
+    assert not all(torch.equal(a, b) for a, b in zip(before, policy.trainable_state(), strict=True))
