@@ -75,7 +75,8 @@ class ConductorCompiler(Teleprompter):
         grpo: a ``GRPOConfig`` (or its fields as a dict); used when the conductor LM is a trainable ``ConductorLM``.
         rounds: how many times prompt search and GRPO alternate.
         budget_tuner: a ``BudgetTuner`` run last, picking a point by ``max_cost`` / ``min_accuracy``.
-        logits_processor: passed to expert iteration and GRPO (a ``ProcessorFactory``, e.g. the workflow grammar's).
+        logits_processor: a factory per pool and round (e.g. the workflow grammar's): GRPO's, and its first round's for
+            expert iteration.
         num_threads: evaluation threads.
         ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the validation sets are scored there, one
             task per CPU (``evaluate_program``); ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s
@@ -210,19 +211,16 @@ class ConductorCompiler(Teleprompter):
 
     def _expert_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
         config = ExpertIterationConfig.model_validate(self.expert_iteration)
+        processor = self.logits_processor(program, 0) if self.logits_processor is not None else None
         policy = trainable_policy(program.orchestrate.lm)
-        report = expert_iteration(
-            policy, program, trainset, self.metric, config, logits_processor=self.logits_processor
-        )
+        report = expert_iteration(policy, program, trainset, self.metric, config, logits_processor=processor)
         kept = ", ".join(f"{label} {n}" for label, n in report.kept.items())
         if report.warm_start is None:
             return program, f"nothing: no sampled workflow was kept ({config.samples} a question)"
-        pools = "random pools" if config.randomise_pool else "its pool"
-        rule = "above the base rate" if config.keep == "above_base_rate" else "kept"
+        rule = "and above their family's base rate " if config.keep == "above_base_rate" else ""
         return program, (
-            f"the conductor's LoRA weights: expert iteration, {config.samples} workflows sampled a question over "
-            f"{pools}, those that earned {config.min_reward} {rule} ({kept}), {report.warm_start.steps} warm-start "
-            "steps"
+            f"the conductor's LoRA weights: expert iteration, {config.samples} workflows sampled a question, "
+            f"those that earned {config.min_reward} {rule}kept ({kept}), {report.warm_start.steps} warm-start steps"
         )
 
     def _grpo_phase(self, program: Conductor, trainset: list, round_: int) -> tuple[Conductor, str]:

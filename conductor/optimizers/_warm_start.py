@@ -20,6 +20,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,9 +36,7 @@ from conductor.optimizers._rewards import Metric, Reward, RewardConfig, score
 if TYPE_CHECKING:
     import torch
 
-    from conductor.conductor_lm import ConductorLM
-    from conductor.optimizers.grpo._config import RolloutConfig
-    from conductor.optimizers.grpo._rollouts import ProcessorFactory, Rollout
+    from conductor.conductor_lm import ConductorLM, LogitsProcessorLike
 
 logger = logging.getLogger(__name__)
 
@@ -169,17 +168,12 @@ def warm_start(
     config: WarmStartConfig | None = None,
 ) -> WarmStartReport:
     """Fine-tune ``policy``'s trainable weights (its LoRA adapters) to write each example's workflow for the prompt
-    ``program`` sends for its question (``fine_tune`` on ``training_pairs``)."""
-    config = config or WarmStartConfig()
-    return fine_tune(policy, training_pairs(policy, program, examples, config.max_length), config)
-
-
-def fine_tune(policy: ConductorLM, pairs: Sequence[TokenPair], config: WarmStartConfig) -> WarmStartReport:
-    """Fine-tune ``policy``'s trainable weights on ``pairs`` (completion tokens only): AdamW, cosine schedule with
-    linear warmup, padded batches, the same result for the same seed. Don't sample from the policy in another thread
-    meanwhile."""
+    ``program`` sends for its question (or the example's own pool): AdamW, cosine schedule with linear warmup, padded
+    batches, the same result for the same seed. Don't sample from the policy in another thread meanwhile."""
     import torch
 
+    config = config or WarmStartConfig()
+    pairs = training_pairs(policy, program, examples, config.max_length)
     params = policy.trainable_parameters()
     if not params:
         raise ConductorError("the policy has no trainable weights")
@@ -447,29 +441,9 @@ class ExpertIterationConfig(pydantic.BaseModel):
     )
     temperature: float = pydantic.Field(1.0, gt=0)
     max_new_tokens: int = pydantic.Field(256, ge=1, description="most tokens of a sampled workflow")
-    randomise_pool: bool = pydantic.Field(
-        True, description="each question sees a random k-of-n subset of the pool, shuffled, as in GRPO"
-    )
-    min_pool_size: int = pydantic.Field(1, ge=1, description="smallest k with randomise_pool")
-    max_pool_size: int | None = pydantic.Field(None, ge=1, description="largest k with randomise_pool; None: n")
     max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="sampled workflows run at once over the pool")
     seed: int = 0
     warm_start: WarmStartConfig = WarmStartConfig(steps=40)
-
-    def rollouts(self) -> RolloutConfig:
-        """How the workflows are sampled and run: GRPO's rollouts, ``samples`` to a question."""
-        from conductor.optimizers.grpo._config import RolloutConfig
-
-        return RolloutConfig(
-            group_size=self.samples,
-            temperature=self.temperature,
-            max_new_tokens=self.max_new_tokens,
-            randomise_pool=self.randomise_pool,
-            min_pool_size=self.min_pool_size,
-            max_pool_size=self.max_pool_size,
-            max_parallel_rollouts=self.max_parallel_rollouts,
-            seed=self.seed,
-        )
 
 
 @dataclass(frozen=True)
@@ -480,11 +454,9 @@ class ExpertIterationReport:
     """Per label (``"all"`` without ``balance_by``): the share of sampled workflows that earned ``min_reward``, the
     policy's score before the warm start."""
     kept: dict[str, int]
-    """Per label: the distinct (question, pool, workflow) rollouts kept."""
+    """Per label: the distinct (question, workflow) pairs kept."""
     warm_start: WarmStartReport | None
     """The fine-tune on the kept workflows; ``None`` when none was kept."""
-    rollouts: tuple[Rollout, ...] = ()
-    """Every sampled workflow, in the order of the training questions, ``samples`` each."""
 
 
 def expert_iteration(
@@ -494,76 +466,83 @@ def expert_iteration(
     metric: Metric,
     config: ExpertIterationConfig | None = None,
     *,
-    logits_processor: ProcessorFactory | None = None,
+    logits_processor: LogitsProcessorLike | None = None,
 ) -> ExpertIterationReport:
-    """Sample ``samples`` workflows per training question from ``policy`` and run each over ``program``'s pool,
-    exactly as GRPO's rollouts do (``RolloutCollector``: a random pool per question with ``randomise_pool``, the
-    logits processor ``logits_processor`` makes for each pool and round, e.g. the workflow grammar, recursive rounds
-    sampled when a workflow names the conductor); keep the ones that earned ``min_reward`` (see ``keep``) and
-    fine-tune the policy, the same number per label, to write their first round's workflow for the prompt it was
-    sampled for (its pool's), in canonical text: grammar-constrained samples split the same text into tokens in
-    many ways (16 of 16 SmolLM2 samples were not tokenised as their text is), and training on one tokenisation is
-    what made the learning test's families learnable. Recursive rounds are GRPO's to learn.
+    """Sample ``samples`` workflows per training question from ``policy`` (under ``logits_processor``, e.g. the
+    workflow grammar), run each over ``program``'s pool, keep the ones that earned ``min_reward`` (all of them, or with
+    ``keep="above_base_rate"`` only shapes that beat their label's base rate) and ``warm_start`` the policy on them,
+    the same number per label.
 
     For pools where the right workflow is rare at first: GRPO learns only from groups that hold both a better and a
     worse workflow, so a family whose right workflow the policy samples a few times in a hundred teaches it nothing,
-    while expert iteration keeps those few. Labels that kept nothing are left out with a warning; if none kept
-    anything, nothing is trained (the report says so)."""
-    from conductor.optimizers.grpo._rollouts import RolloutCollector
-
+    while expert iteration keeps those few. Labels that kept nothing are left out with a warning; if none did,
+    nothing is trained (the report says so). It samples over the program's own pool: over random pools (tried in
+    ``experiments/results/orchestration/expert_random_pools``) it kept 6 workflows of 240, too few to learn workers
+    by name; ``templated_workflows`` teaches random pools instead."""
     config = config or ExpertIterationConfig()
     if not trainset:
         raise ConductorError("expert iteration needs at least one training question; got none")
-    rollout_config = config.rollouts()
-    if problem := rollout_config.pool_problem(len(program.pool)):
-        raise ConfigError(f"can't run expert iteration: {problem}")
-    collector = RolloutCollector(policy, program, metric, rollout_config, logits_processor)
-    rollouts = collector.collect(list(enumerate(trainset)), step=0).rollouts
-    labels: dict[str, list[Rollout]] = {}
-    for rollout in rollouts:
-        label = "all" if config.balance_by is None else str(trainset[rollout.example].get(config.balance_by))
-        labels.setdefault(label, []).append(rollout)
+    questions = [_question(program, example.inputs()) for example in trainset]
+    rows = policy.sample(
+        [program.prompt_messages(q) for q in questions],
+        config.samples,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        logits_processor=logits_processor,
+    )
+    jobs = [(example, q, s.text) for example, q, row in zip(trainset, questions, rows, strict=True) for s in row]
+    runner = program.copy_with()
+    runner.fallback = "none"  # an unusable workflow is never kept: running the fallback for it would be wasted
+
+    def run(job: tuple[dspy.Example, str, str]) -> dspy.Prediction:
+        _, question, text = job
+        return runner.run_reply(question, runner.read_completion(text))
+
+    with ThreadPoolExecutor(config.max_parallel_rollouts) as threads:
+        predictions = list(threads.map(run, jobs))
+    labels: dict[str, list[int]] = {}
+    for i, (example, _, _) in enumerate(jobs):
+        labels.setdefault("all" if config.balance_by is None else str(example.get(config.balance_by)), []).append(i)
+    reward = RewardConfig()
+    earned = [
+        _earned(p, score(job[0], p, metric, reward), config.min_reward)
+        for job, p in zip(jobs, predictions, strict=True)
+    ]
     right, kept = {}, {}
     for label, members in labels.items():
-        earned = [r for r in members if r.reward.format_ok and r.reward.value >= config.min_reward]
-        right[label] = len(earned) / len(members)
+        right[label] = sum(earned[i] for i in members) / len(members)
+        chosen = [earned[i] for i in members]
         if config.keep == "above_base_rate":
-            earned = _above_base_rate(members, earned)
-        kept[label] = _distinct(earned)
-    missing = [label for label, found in kept.items() if not found]
+            shapes = [_shape(runner, predictions[i]) for i in members]
+            better = _above_base_rate(shapes, chosen)
+            chosen = [keep and shape in better for keep, shape in zip(chosen, shapes, strict=True)]
+        kept[label] = _kept_pairs([jobs[i][0] for i in members], [predictions[i] for i in members], chosen)
+    missing = [label for label, pairs in kept.items() if not pairs]
     if missing:
         logger.warning("expert iteration: no sampled workflow was kept for %s", ", ".join(missing))
     if config.balance_by is None:
-        chosen = kept["all"]
+        pairs = kept["all"]
     else:
-        chosen = [r for found in kept.values() for r in itertools.islice(itertools.cycle(found), config.per_label)]
-    pairs = [(list(r.sample.prompt_ids), completion_ids(policy, r.workflow)) for r in chosen]
-    report = fine_tune(policy, pairs, config.warm_start) if pairs else None
-    return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report, tuple(rollouts))
+        pairs = [pair for found in kept.values() for pair in itertools.islice(itertools.cycle(found), config.per_label)]
+    report = warm_start(policy, program, pairs, config.warm_start) if pairs else None
+    return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report)
 
 
-def _shape(rollout: Rollout) -> tuple[tuple[str, Any], ...]:
-    return rollout.workflow.shape(rollout.workers) if rollout.workflow is not None else ()
+Shape = tuple[tuple[str, Any], ...]
 
 
-def _above_base_rate(members: Sequence[Rollout], earned: Sequence[Rollout]) -> list[Rollout]:
-    """The ``earned`` rollouts whose workflow shape earned more often than ``members`` as a whole, with 95%
-    confidence: the low end of its Wilson interval above the label's share."""
-    base = len(earned) / len(members)
-    tried = Counter(_shape(r) for r in members)
-    scored = Counter(_shape(r) for r in earned)
+def _shape(program: Conductor, prediction: dspy.Prediction) -> Shape:
+    workflow = prediction.get("workflow")
+    return workflow.shape(program.pool.names) if workflow is not None else ()
+
+
+def _above_base_rate(shapes: Sequence[Shape], earned: Sequence[bool]) -> set[Shape]:
+    """The shapes that earned more often than all of ``shapes`` together, with 95% confidence: the low end of their
+    Wilson interval above the share of ``earned``."""
+    base = sum(earned) / len(earned)
+    tried = Counter(shapes)
+    scored = Counter(shape for shape, keep in zip(shapes, earned, strict=True) if keep)
     better = {shape for shape, n in scored.items() if wilson_interval(n, tried[shape])[0] > base}
     logger.info("expert iteration: %d of %d earning shapes beat the base rate %.3f", len(better), len(scored), base)
-    return [r for r in earned if _shape(r) in better]
-
-
-def _distinct(rollouts: Sequence[Rollout]) -> list[Rollout]:
-    """``rollouts`` without repeats: the same question, pool and completions kept once."""
-    seen: set[tuple[int, tuple[str, ...], tuple[str, ...]]] = set()
-    out = []
-    for rollout in rollouts:
-        key = (rollout.example, rollout.workers, tuple(s.text for s in rollout.samples))
-        if key not in seen:
-            seen.add(key)
-            out.append(rollout)
-    return out
+    return better

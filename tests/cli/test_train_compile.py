@@ -162,7 +162,7 @@ def test_compile_runs_expert_iteration_before_grpo(tmp_path: Path) -> None:
     records = json.loads((tmp_path / "run" / "phases.json").read_text())
     assert [r["phase"] for r in records] == ["start", "expert-iteration", "grpo-1"]
     change = records[1]["change"]
-    assert "expert iteration, 8 workflows sampled a question over random pools, those that earned 1.0 kept (" in change
+    assert "expert iteration, 8 workflows sampled a question, those that earned 1.0 kept (" in change
     assert "even " in change and "odd " in change
     assert "2 warm-start steps" in change
 

@@ -1,6 +1,5 @@
-"""Expert iteration on the tiny policy: sample workflows as GRPO's rollouts do (random pools included), keep the ones
-that scored (or only the shapes that beat the label's base rate), balanced per label, and fine-tune on their tokens;
-labels that kept nothing are named and left out, and nothing kept means nothing trained."""
+"""Expert iteration on the tiny policy: sample workflows, keep the ones that scored, balanced per label, and warm-start
+on them; labels that never scored are named and left out, and nothing scored means nothing trained."""
 
 from __future__ import annotations
 
@@ -13,23 +12,24 @@ pytest.importorskip("peft")
 
 import dspy  # noqa: E402
 
-from conductor.errors import ConductorError, ConfigError  # noqa: E402
+from conductor.errors import ConductorError  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, WarmStartConfig, expert_iteration  # noqa: E402
 from conductor.optimizers._warm_start import completion_nll, training_pairs  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
+    BROKEN,
     RIGHT,
     WRONG,
+    Choice,
     _one_torch_thread,
-    choice,
     exact,
-    pool,
     program,
     tiny,
 )
 
+TEXTS = [RIGHT, WRONG, BROKEN]
+"""Worker 0 answers 4, worker 1 answers 5, the third is a format error (see ``test_grpo_helpers``)."""
 WORKER = {"4": "A", "5": "B"}
-"""Over ``pool()``'s order, the first token of the workflow that answers each answer (worker 0 answers 4, worker 1
-answers 5; "C..." is a format error, see ``test_grpo_helpers``)."""
+"""The first token of the workflow that answers each answer right."""
 
 
 def examples(answers: dict[str, str], n: int = 2) -> list[dspy.Example]:
@@ -47,21 +47,27 @@ def config(**overrides) -> ExpertIterationConfig:
         "balance_by": "family",
         "per_label": 3,
         "max_new_tokens": 64,
-        "randomise_pool": False,
         "warm_start": WarmStartConfig(steps=4, lr=1e-2),
     }
     return ExpertIterationConfig(**(settings | overrides))
 
 
+def first_tokens(trainset: list[dspy.Example], samples: int) -> list[list[str]]:
+    """What a fresh tiny policy samples first for each question, under the same seed and processor."""
+    policy, conductor = tiny(), program()
+    prompts = [conductor.prompt_messages(e.question) for e in trainset]
+    rows = policy.sample(prompts, samples, max_new_tokens=64, seed=0, logits_processor=Choice(policy, TEXTS))
+    return [[s.text[0] for s in row] for row in rows]
+
+
 def test_the_workflows_that_scored_are_kept_per_family_and_trained_on() -> None:
     trainset = examples({"x": "4", "y": "5"})
     policy, conductor = tiny(), program()
-    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=choice(policy))
+    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
 
-    assert len(report.rollouts) == 8 * len(trainset)
+    sampled = first_tokens(trainset, 8)
     for family, answer in (("x", "4"), ("y", "5")):
-        rows = [[r.sample.text[0] for r in report.rollouts if r.example == i] for i, e in enumerate(trainset)]
-        rows = [row for e, row in zip(trainset, rows, strict=True) if e.family == family]
+        rows = [row for e, row in zip(trainset, sampled, strict=True) if e.family == family]
         assert report.right[family] == sum(t == WORKER[answer] for row in rows for t in row) / 16
         assert report.kept[family] == sum(WORKER[answer] in row for row in rows)  # one right workflow per question
     assert 0 < report.right["x"] < 1 and 0 < report.right["y"] < 1  # a choice to learn, on both families
@@ -79,7 +85,7 @@ def test_a_family_that_never_scored_is_named_and_left_out(caplog: pytest.LogCapt
     trainset = examples({"x": "4", "z": "6"})  # no worker answers 6
     policy, conductor = tiny(), program()
     with caplog.at_level(logging.WARNING, logger="conductor.optimizers._warm_start"):
-        report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=choice(policy))
+        report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
     assert report.right["z"] == 0 and report.kept["z"] == 0
     assert "no sampled workflow was kept for z" in caplog.text
     assert report.warm_start is not None and report.warm_start.examples == 3  # x's alone
@@ -89,7 +95,7 @@ def test_without_balance_every_kept_workflow_counts_once() -> None:
     trainset = examples({"x": "4", "y": "5"})
     policy, conductor = tiny(), program()
     report = expert_iteration(
-        policy, conductor, trainset, exact, config(balance_by=None), logits_processor=choice(policy)
+        policy, conductor, trainset, exact, config(balance_by=None), logits_processor=Choice(policy, TEXTS)
     )
     assert set(report.right) == set(report.kept) == {"all"}
     assert report.warm_start is not None and report.warm_start.examples == report.kept["all"]
@@ -99,7 +105,7 @@ def test_nothing_scored_trains_nothing() -> None:
     trainset = examples({"z": "6"})
     policy, conductor = tiny(), program()
     before = [p.detach().clone() for p in policy.trainable_parameters()]
-    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=choice(policy))
+    report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
     assert report.warm_start is None and report.kept == {"z": 0}
     assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters(), strict=True))
 
@@ -107,40 +113,7 @@ def test_nothing_scored_trains_nothing() -> None:
 def test_no_training_questions_is_a_clear_error() -> None:
     policy, conductor = tiny(), program()
     with pytest.raises(ConductorError, match="at least one training question"):
-        expert_iteration(policy, conductor, [], exact, config(), logits_processor=choice(policy))
-
-
-def test_each_question_sees_a_random_pool_and_is_trained_on_that_pool_s_prompt() -> None:
-    trainset = examples({"x": "4"}, n=4)
-    policy, conductor = tiny(), program()
-    report = expert_iteration(
-        policy, conductor, trainset, exact, config(randomise_pool=True), logits_processor=choice(policy)
-    )
-    pools = {r.workers for r in report.rollouts}
-    assert len(pools) > 1 and pools <= {("right",), ("wrong",), ("right", "wrong"), ("wrong", "right")}
-    for rollout in report.rollouts:
-        # the reward follows the real worker behind the Model the workflow named, wherever the pool put it
-        if rollout.workflow is None:
-            assert rollout.reward.value == 0.0
-        else:
-            ((worker, _),) = rollout.workflow.shape(rollout.workers)
-            assert rollout.reward.value == (1.0 if worker == "right" else 0.5)
-        seen = conductor.copy_with(pool=pool().subset([("right", "wrong").index(w) for w in rollout.workers]))
-        question = trainset[rollout.example].question
-        assert list(rollout.sample.prompt_ids) == policy.encode(seen.prompt_messages(question))
-
-
-def test_too_large_a_smallest_pool_is_a_clear_error() -> None:
-    policy, conductor = tiny(), program()
-    with pytest.raises(ConfigError, match="min_pool_size=3 exceeds the pool's 2 workers"):
-        expert_iteration(
-            policy,
-            conductor,
-            examples({"x": "4"}),
-            exact,
-            config(randomise_pool=True, min_pool_size=3),
-            logits_processor=choice(policy),
-        )
+        expert_iteration(policy, conductor, [], exact, config(), logits_processor=Choice(policy, TEXTS))
 
 
 def test_above_base_rate_keeps_a_workflow_that_beats_its_family_and_drops_chance_successes() -> None:
@@ -152,11 +125,19 @@ def test_above_base_rate_keeps_a_workflow_that_beats_its_family_and_drops_chance
         dspy.Example(question="coin question 1", answer="5", family="coin").with_inputs("question"),
     ]
     settings = {"samples": 16, "per_label": 2}
-    earned = expert_iteration(tiny(), program(), trainset, exact, config(**settings), logits_processor=choice(tiny()))
+    policy = tiny()
+    earned = expert_iteration(
+        policy, program(), trainset, exact, config(**settings), logits_processor=Choice(policy, TEXTS)
+    )
     assert earned.kept["coin"] == 2  # each coin question's right workflow, kept as every success is
     policy = tiny()
     above = expert_iteration(
-        policy, program(), trainset, exact, config(**settings, keep="above_base_rate"), logits_processor=choice(policy)
+        policy,
+        program(),
+        trainset,
+        exact,
+        config(**settings, keep="above_base_rate"),
+        logits_processor=Choice(policy, TEXTS),
     )
     assert above.right == earned.right  # the same samples, only the keep rule differs
     assert above.kept == {"x": 2, "coin": 0}

@@ -142,10 +142,8 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
         return out
 
     trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
-    config = ExpertIterationConfig(  # 32 samples, 8 kept
-        balance_by="family", max_new_tokens=form.max_tokens(), randomise_pool=False
-    )
-    report = expert_iteration(policy, program, trainset, right, config, logits_processor=constraint)
+    config = ExpertIterationConfig(balance_by="family", max_new_tokens=form.max_tokens())  # 32 samples, 8 kept
+    report = expert_iteration(policy, program, trainset, right, config, logits_processor=sampler)
     before = report.right
     assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
     assert all(report.kept.values()), f"some family never scored in 128 samples: {report.kept}"

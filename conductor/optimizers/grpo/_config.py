@@ -1,5 +1,4 @@
-"""``GRPOConfig``: every knob of a GRPO run in one pydantic model, validated all at once; its ``RolloutConfig`` part
-(how workflows are sampled and run) is what expert iteration shares.
+"""``GRPOConfig``: every knob of a GRPO run in one pydantic model, validated all at once.
 
 The defaults follow the paper where it says (group-normalised advantages, clip 0.2, no KL, temperature 1, cosine
 schedule with 3% warmup) and suit a LoRA adapter on a small model otherwise (the learning rate).
@@ -17,12 +16,30 @@ from conductor.errors import invalid_config
 from conductor.optimizers._rewards import RewardConfig
 
 
-class RolloutConfig(pydantic.BaseModel):
-    """How rollouts are sampled and run (``RolloutCollector``): what GRPO and expert iteration share."""
+class GRPOConfig(pydantic.BaseModel):
+    """How one GRPO run trains the conductor; see each field's description."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    group_size: int = pydantic.Field(8, ge=1, description="workflows sampled per example (G)")
+    output_dir: Path = pydantic.Field(description="metrics, rollouts, the reward curve, checkpoints, the final policy")
+    steps: int = pydantic.Field(200, ge=1, description="training steps: one batch of rollouts each")
+    batch_size: int = pydantic.Field(4, ge=1, description="training examples per step")
+    balance_by: str | None = pydantic.Field(
+        None, description="an example label (e.g. 'family'): each epoch deals its values in turn, so batches mix them"
+    )
+    group_size: int = pydantic.Field(8, ge=2, description="workflows sampled per example (G)")
+    lr: float = pydantic.Field(1e-5, gt=0, description="peak learning rate (AdamW)")
+    weight_decay: float = pydantic.Field(0.0, ge=0)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    warmup_ratio: float = pydantic.Field(0.03, ge=0, lt=1, description="share of optimizer steps warming up linearly")
+    max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None: none")
+    clip: float = pydantic.Field(0.2, gt=0, lt=1, description="PPO ratio clip epsilon")
+    beta: float = pydantic.Field(0.0, ge=0, description="KL weight to the base model (adapter disabled); 0: no KL")
+    updates_per_batch: int = pydantic.Field(1, ge=1, description="optimizer steps on each batch of rollouts (mu)")
+    grad_accumulation: int = pydantic.Field(
+        1, ge=1, description="micro-batches per optimizer step (memory only: the update is the same)"
+    )
+    advantage_eps: float = pydantic.Field(1e-4, gt=0, description="added to a group's reward std")
     temperature: float = pydantic.Field(1.0, gt=0, description="conductor sampling temperature")
     top_p: float = pydantic.Field(1.0, gt=0, le=1)
     max_new_tokens: int = pydantic.Field(256, ge=1, description="longest workflow the conductor may write")
@@ -36,44 +53,6 @@ class RolloutConfig(pydantic.BaseModel):
         description="shards of a step's examples, each sampled as one batch with its own seed; with `ray`, each in "
         "its own actor (the shards decide what is sampled; where they run does not)",
     )
-    seed: int = 0
-    reward: RewardConfig = RewardConfig()
-
-    @pydantic.model_validator(mode="after")
-    def _pool_sizes(self) -> RolloutConfig:
-        if self.max_pool_size is not None and self.max_pool_size < self.min_pool_size:
-            raise ValueError(f"max_pool_size={self.max_pool_size} is below min_pool_size={self.min_pool_size}")
-        return self
-
-    def pool_problem(self, workers: int) -> str | None:
-        """Why the rollouts can't draw their pools from a pool of ``workers`` workers; ``None`` when they can."""
-        if self.randomise_pool and self.min_pool_size > workers:
-            return f"min_pool_size={self.min_pool_size} exceeds the pool's {workers} workers"
-        return None
-
-
-class GRPOConfig(RolloutConfig):
-    """How one GRPO run trains the conductor; see each field's description."""
-
-    output_dir: Path = pydantic.Field(description="metrics, rollouts, the reward curve, checkpoints, the final policy")
-    steps: int = pydantic.Field(200, ge=1, description="training steps: one batch of rollouts each")
-    batch_size: int = pydantic.Field(4, ge=1, description="training examples per step")
-    balance_by: str | None = pydantic.Field(
-        None, description="an example label (e.g. 'family'): each epoch deals its values in turn, so batches mix them"
-    )
-    group_size: int = pydantic.Field(8, ge=2, description="workflows sampled per example (G): a group compares them")
-    lr: float = pydantic.Field(1e-5, gt=0, description="peak learning rate (AdamW)")
-    weight_decay: float = pydantic.Field(0.0, ge=0)
-    schedule: Literal["cosine", "constant"] = "cosine"
-    warmup_ratio: float = pydantic.Field(0.03, ge=0, lt=1, description="share of optimizer steps warming up linearly")
-    max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None: none")
-    clip: float = pydantic.Field(0.2, gt=0, lt=1, description="PPO ratio clip epsilon")
-    beta: float = pydantic.Field(0.0, ge=0, description="KL weight to the base model (adapter disabled); 0: no KL")
-    updates_per_batch: int = pydantic.Field(1, ge=1, description="optimizer steps on each batch of rollouts (mu)")
-    grad_accumulation: int = pydantic.Field(
-        1, ge=1, description="micro-batches per optimizer step (memory only: the update is the same)"
-    )
-    advantage_eps: float = pydantic.Field(1e-4, gt=0, description="added to a group's reward std")
     ray: str | None = pydantic.Field(
         None,
         min_length=1,
@@ -83,7 +62,15 @@ class GRPOConfig(RolloutConfig):
     checkpoint_every: int = pydantic.Field(1, ge=1, description="steps between checkpoints (and after the last)")
     keep_checkpoints: int = pydantic.Field(2, ge=1, description="the newest checkpoints kept; older ones are removed")
     resume: bool = pydantic.Field(False, description="continue from the newest checkpoint in output_dir")
+    seed: int = 0
+    reward: RewardConfig = RewardConfig()
     progress: bool = pydantic.Field(True, description="a progress bar on stderr")
+
+    @pydantic.model_validator(mode="after")
+    def _pool_sizes(self) -> GRPOConfig:
+        if self.max_pool_size is not None and self.max_pool_size < self.min_pool_size:
+            raise ValueError(f"max_pool_size={self.max_pool_size} is below min_pool_size={self.min_pool_size}")
+        return self
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what a run computes (not where it writes, how often it saves, how many threads

@@ -35,7 +35,7 @@ from conductor._ray import consecutive_shards
 from conductor.conductor_lm import ConductorLM, LogitsProcessorLike, Sample
 from conductor.modules import Conductor, ConductorReply, RunError, Usage, WorkerPool, Workflow
 from conductor.optimizers._rewards import Metric, Reward, score
-from conductor.optimizers.grpo._config import RolloutConfig
+from conductor.optimizers.grpo._config import GRPOConfig
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,7 @@ class Rollout:
     """One sampled workflow and what running it earned.
 
     ``workers[i]`` is the real worker the conductor saw as Model i; ``samples`` hold the prompt and completion token
-    ids the update trains on: the sampled workflow's, then one per recursive round; ``workflow`` is the first
-    round's, as read (``None`` when the sample was not a usable workflow).
+    ids the update trains on: the sampled workflow's, then one per recursive round.
     """
 
     example: int
@@ -73,7 +72,6 @@ class Rollout:
     reward: Reward
     answer: str | None
     error: str | None
-    workflow: Workflow | None = None
 
     @property
     def sample(self) -> Sample:
@@ -124,7 +122,7 @@ class RolloutBatch:
 
 
 def shard_examples(
-    examples: Sequence[tuple[int, dspy.Example]], config: RolloutConfig
+    examples: Sequence[tuple[int, dspy.Example]], config: GRPOConfig
 ) -> list[list[tuple[int, int, dspy.Example]]]:
     """A step's ``(index, example)`` pairs as ``config.rollout_workers`` consecutive shards of ``(position in the
     step, index, example)``: fixed by the config, whatever runs them."""
@@ -140,7 +138,7 @@ class RolloutCollector:
         policy: ConductorLM,
         program: Conductor,
         metric: Metric,
-        config: RolloutConfig,
+        config: GRPOConfig,
         logits_processor: ProcessorFactory | None = None,
     ):
         self.policy = policy
@@ -268,7 +266,6 @@ class RolloutCollector:
             reward=reward,
             answer=prediction.response,
             error=None if error is None else str(error),
-            workflow=reply.workflow,
         )
 
 

@@ -157,8 +157,8 @@ class GRPOTrainer:
         unlabelled = [i for i, e in enumerate(self.trainset) if config.balance_by and config.balance_by not in e]
         if unlabelled:
             problems.append(f"balance_by={config.balance_by!r}: trainset{unlabelled[:5]} have no such label")
-        if pool_problem := config.pool_problem(len(self.program.pool)):
-            problems.append(pool_problem)
+        if config.randomise_pool and config.min_pool_size > len(self.program.pool):
+            problems.append(f"min_pool_size={config.min_pool_size} exceeds the pool's {len(self.program.pool)} workers")
         if config.beta > 0 and not self.policy.is_peft:
             problems.append("beta > 0 needs a LoRA policy: the reference is the base model with the adapter disabled")
         if not self.policy.trainable_parameters():
