@@ -31,6 +31,10 @@ difference between families; 8 GRPO steps then took them to 0.69 / 0.53 / 0.91 (
 now on its own workflow, so the test runs 20 (12 at a constant rate left "spell" at 0.72; 16 with this cosine
 schedule passed with "add" at 0.81, one sample above the bar, where 20 give 0.875).
 
+The recipe passes with this random stream, not with every one: sampled with three other streams (expert iteration
+through GRPO's rollouts, December 2026), it failed each time, once with training rewards at 1.0 and "add" at 0.03 on
+unseen questions (experiments/results/orchestration/expert_random_pools/FINDINGS.md).
+
 It is the suite's longest test (25 minutes on one torch thread, 15 of them beside the rest of the suite): marked
 ``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
 """
