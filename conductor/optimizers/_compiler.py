@@ -30,6 +30,7 @@ from conductor.optimizers._prompt_search import WorkflowMetric
 from conductor.optimizers._warm_start import (
     ExpertIterationConfig,
     TemplateWarmStartConfig,
+    check_templates,
     expert_iteration,
     templated_workflows,
     warm_start,
@@ -163,11 +164,13 @@ class ConductorCompiler(Teleprompter):
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
         policy = trainable_policy(student.orchestrate.lm)
-        weights = (self.template_warm_start, self.expert_iteration, self.grpo)
-        if any(phase is not None for phase in weights) and policy is None:
+        weight_phases = (self.template_warm_start, self.expert_iteration, self.grpo)
+        if any(phase is not None for phase in weight_phases) and policy is None:
             logger.warning("the conductor LM is not a trainable ConductorLM: its weights are not trained")
         phases: list[tuple[str, Phase]] = []
         if self.template_warm_start is not None and policy is not None:
+            # before the start is scored: a template on a worker the pool lacks fails at once, losing nothing
+            check_templates(student.pool, TemplateWarmStartConfig.model_validate(self.template_warm_start).templates)
             phases.append(("template-warm-start", self._template_phase))
         if self.expert_iteration is not None and policy is not None:
             phases.append(("expert-iteration", self._expert_phase))

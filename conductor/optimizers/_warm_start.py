@@ -310,6 +310,20 @@ class TemplateStep(pydantic.BaseModel):
     access: Literal["all"] | tuple[pydantic.NonNegativeInt, ...] = "all"
 
 
+def check_templates(pool: WorkerPool, templates: Mapping[str, Sequence[TemplateStep]]) -> None:
+    """Raise one ``ConfigError`` listing every template step on a worker ``pool`` lacks and every empty template."""
+    names = pool.names
+    problems = [
+        f"template {key!r}: no worker named {step.worker!r} (the pool has {', '.join(names)})"
+        for key, steps in templates.items()
+        for step in steps
+        if step.worker not in names
+    ]
+    problems += [f"template {key!r} has no steps" for key, steps in templates.items() if not steps]
+    if problems:
+        raise ConfigError("unusable workflow templates:\n" + "\n".join(f"  {p}" for p in problems))
+
+
 def templated_workflows(
     pool: WorkerPool,
     examples: Sequence[dspy.Example],
@@ -325,17 +339,9 @@ def templated_workflows(
     example whose ``label`` field has a template, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each
     pool a random subset and order of ``pool`` that holds the template's workers (at least ``min_pool_size``
     workers), each workflow the template on those workers' places in it. Examples without a template are left out;
-    a template naming a worker ``pool`` lacks is a ``ConfigError``."""
+    unusable templates are a ``ConfigError`` (``check_templates``)."""
+    check_templates(pool, templates)
     names = pool.names
-    problems = [
-        f"template {key!r}: no worker named {step.worker!r} (the pool has {', '.join(names)})"
-        for key, steps in templates.items()
-        for step in steps
-        if step.worker not in names
-    ]
-    problems += [f"template {key!r} has no steps" for key, steps in templates.items() if not steps]
-    if problems:
-        raise ConfigError("unusable workflow templates:\n" + "\n".join(f"  {p}" for p in problems))
     rng = random.Random(seed)
     out: list[TrainingExample] = []
     for example in examples:

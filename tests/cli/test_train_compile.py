@@ -188,6 +188,7 @@ def test_a_template_naming_a_worker_outside_the_pool_fails_the_compile_clearly(
     config = write_config(tmp_path, template_warm_start=warm, grpo={**GRPO, "steps": 1}, compile={"few_shot": 0})
     assert main(["compile", str(config), "--no-test"]) == 2
     assert "no worker named 'gpt-9'" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "phases.json").exists()  # refused before the start was scored
 
 
 def test_expert_iteration_and_grpo_must_sample_workflows_of_one_length(tmp_path: Path) -> None:
