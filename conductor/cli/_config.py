@@ -28,7 +28,7 @@ from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
 from conductor.experiments.datasets import BUILTIN_METRICS, DataFile, Splits, split
 from conductor.local import EMBEDDED_MODELS
-from conductor.modules import Conductor, WorkerPool
+from conductor.modules import Conductor, WorkerIds, WorkerPool
 from conductor.optimizers import BudgetSpace, ExpertIterationConfig, TemplateWarmStartConfig
 from conductor.optimizers.grpo import GRPOConfig
 
@@ -53,6 +53,9 @@ class ProgramSection(pydantic.BaseModel):
     conductor: str = "local/smollm2-135m-instruct"
     max_steps: int = pydantic.Field(5, ge=1)
     max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add")
+    worker_ids: WorkerIds = pydantic.Field(
+        "numbers", description="'numbers' (Model 2, the paper's) or 'names': how workflows name workers"
+    )
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
     lora: LoraSection = LoraSection()
     grammar: bool = pydantic.Field(
@@ -69,6 +72,10 @@ class ProgramSection(pydantic.BaseModel):
     @property
     def trainable(self) -> bool:
         return is_trainable(self.conductor)
+
+    def options(self) -> dict[str, Any]:
+        """The ``Conductor`` options this section sets."""
+        return {"max_steps": self.max_steps, "max_depth": self.max_depth, "worker_ids": self.worker_ids}
 
 
 class DataSection(pydantic.BaseModel):
@@ -189,9 +196,9 @@ class RunConfig(pydantic.BaseModel):
         spec = self.program
         if policy is None:
             lm = conductor_lm(spec.conductor, max_tokens=spec.max_tokens)
-            return Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
+            return Conductor(self.pool(), lm, **spec.options())
         lm = policy.as_dspy_lm(max_tokens=spec.max_tokens)
-        program = Conductor(self.pool(), lm, max_steps=spec.max_steps, max_depth=spec.max_depth)
+        program = Conductor(self.pool(), lm, **spec.options())
         if spec.grammar:
             from conductor.conductor_lm import constrain_program
 

@@ -7,7 +7,7 @@ canonical text of ``Workflow.to_text()``, for workflows whose strings start with
 control characters, and whose index lists increase::
 
     reasoning = "..."                  # only with reasoning=True
-    model_id = [0, 2]
+    model_id = [0, 2]                  # or by name, with worker_names: ["gemma", "check"]
     subtasks = ["Write a plan for ...", "Follow the plan and ..."]
     access_list = [[], "all"]
     roles = ["plan", "solve"]          # only when roles are given
@@ -43,7 +43,7 @@ from transformers import LogitsProcessor
 
 from conductor.errors import ConfigError, MissingDependency
 from conductor.local import trainable_policy
-from conductor.modules import Step, Workflow
+from conductor.modules import SELF_NAME, Step, Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +92,11 @@ class WorkflowFormat:
     strings in UTF-8 bytes as written (so ``\\"`` counts 2); subtasks and reasoning must start with a non-blank
     character, so ``Workflow.validate`` never finds an empty one.
 
-    ``conductor_step`` lets the last step of two or more name worker ``n_workers``, the conductor itself (a recursive
-    round follows); ``allow_empty`` allows the workflow of no steps (a recursive round keeping the previous answer),
-    without a ``roles`` line, as ``Workflow.to_text`` writes it.
+    ``worker_names`` (one per worker) makes the workflow name workers instead of numbering them, as a
+    ``Conductor(worker_ids="names")`` reads them. ``conductor_step`` lets the last step of two or more name worker
+    ``n_workers`` (by name ``SELF_NAME``), the conductor itself (a recursive round follows); ``allow_empty`` allows
+    the workflow of no steps (a recursive round keeping the previous answer), without a ``roles`` line, as
+    ``Workflow.to_text`` writes it.
     """
 
     n_workers: int
@@ -106,10 +108,13 @@ class WorkflowFormat:
     max_reasoning_bytes: int = 400
     conductor_step: bool = False
     allow_empty: bool = False
+    worker_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.roles is not None:
             object.__setattr__(self, "roles", tuple(self.roles))
+        if self.worker_names is not None:
+            object.__setattr__(self, "worker_names", tuple(self.worker_names))
         problems = [
             f"{name} must be at least 1, got {value}"
             for name, value in (
@@ -120,6 +125,8 @@ class WorkflowFormat:
             )
             if value < 1
         ]
+        if self.worker_names is not None and len(self.worker_names) != self.n_workers:
+            problems.append(f"worker_names must name each of the {self.n_workers} workers, got {self.worker_names}")
         if self.access not in ("binary", "indices"):
             problems.append(f'access must be "binary" or "indices", got {self.access!r}')
         if self.roles is not None:
@@ -149,9 +156,11 @@ class WorkflowFormat:
             if self.roles is not None and n:
                 parts.append(_list("roles", ["role"] * n))
             rules.append(f"wf{n} ::= " + " ".join(parts))
-        rules.append("worker ::= " + " | ".join(json.dumps(str(w)) for w in range(self.n_workers)))
+        # Sorted: the text a worker is written as doesn't depend on its place, so each order of a pool (GRPO's random
+        # pools) shares one grammar, compiled once.
+        rules.append("worker ::= " + " | ".join(sorted(self._worker_literal(w) for w in range(self.n_workers))))
         if self.conductor_step and self.max_steps > 1:
-            rules.append(f'last_worker ::= worker | "{self.n_workers}"')
+            rules.append(f"last_worker ::= worker | {self._worker_literal(self.n_workers)}")
         if self.roles is not None:
             literals = (json.dumps(json.dumps(r, ensure_ascii=False), ensure_ascii=False) for r in self.roles)
             rules.append("role ::= " + " | ".join(literals))
@@ -168,6 +177,19 @@ class WorkflowFormat:
             rules.append(f"tail{k} ::= " + " | ".join(['""', *(f"char{w} tail{k - w}" for w in _RANGES if w <= k)]))
         return "\n".join(rules)
 
+    def names(self) -> tuple[str, ...] | None:
+        """What ``Workflow.to_text`` needs to write this format's workers: ``worker_names``, and the conductor's own
+        name when a step may name it; ``None`` for numbers."""
+        if self.worker_names is None:
+            return None
+        return (*self.worker_names, SELF_NAME) if self.conductor_step else self.worker_names
+
+    def _worker_literal(self, worker: int) -> str:
+        """The EBNF literal of worker ``worker`` as the workflow writes it: its number or its name (a JSON string)."""
+        names = self.names()
+        text = str(worker) if names is None else json.dumps(names[worker], ensure_ascii=False)
+        return json.dumps(text, ensure_ascii=False)
+
     def longest(self) -> Workflow:
         """A workflow whose text is as long as the grammar allows (in bytes)."""
         role = max(self.roles, key=lambda r: len(json.dumps(r, ensure_ascii=False).encode())) if self.roles else None
@@ -176,15 +198,18 @@ class WorkflowFormat:
             access: Literal["all"] | tuple[int, ...] = "all"
             if self.access == "indices" and len(json.dumps(list(range(i)))) > len('"all"'):
                 access = tuple(range(i))
-            steps.append(Step(self.n_workers - 1, "x" * self.max_subtask_bytes, access, role))
-        if self.conductor_step and self.max_steps > 1:  # the conductor's id has at least as many digits
-            steps[-1] = replace(steps[-1], worker=self.n_workers)
+            steps.append(Step(self._longest_worker(range(self.n_workers)), "x" * self.max_subtask_bytes, access, role))
+        if self.conductor_step and self.max_steps > 1:  # the last step may be the conductor's
+            steps[-1] = replace(steps[-1], worker=self._longest_worker(range(self.n_workers + 1)))
         return Workflow(tuple(steps), "x" * self.max_reasoning_bytes if self.reasoning else "")
+
+    def _longest_worker(self, workers: range) -> int:
+        return max(workers, key=lambda w: len(self._worker_literal(w).encode()))
 
     def max_tokens(self) -> int:
         """The most tokens a completion in this format can take, end-of-sequence included (a token is at least
         one byte). Use it as ``max_new_tokens`` so that no sample is cut before the grammar completes."""
-        return len(self.longest().to_text().encode()) + 1
+        return len(self.longest().to_text(self.names()).encode()) + 1
 
     def fit(self, max_new_tokens: int) -> WorkflowFormat:
         """This format with the largest ``max_subtask_bytes`` whose ``max_tokens()`` fits ``max_new_tokens``."""
@@ -370,6 +395,7 @@ def round_format(conductor: Any, depth: int = 0) -> WorkflowFormat:
         conductor.limits.max_steps,
         conductor_step=depth < conductor.max_depth,
         allow_empty=depth > 0,
+        worker_names=tuple(conductor.pool.names) if conductor.worker_ids == "names" else None,
     )
 
 

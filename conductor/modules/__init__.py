@@ -8,8 +8,8 @@ from conductor.modules._answer import (
     normalise,
     option_labels,
 )
-from conductor.modules._conductor import AskRevision, Conductor, ConductorReply
-from conductor.modules._config import ConductorConfig
+from conductor.modules._conductor import SELF_NAME, AskRevision, Conductor, ConductorReply
+from conductor.modules._config import ConductorConfig, WorkerIds
 from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace, Usage
 from conductor.modules._failover import WorkerHealth
 from conductor.modules._pool import BUILTIN_TOOLS, WorkerBuilder, WorkerPool, WorkerSpec, register_worker_kind
@@ -23,6 +23,7 @@ from conductor.modules._workflow import Limits, Step, Workflow
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "SELF_NAME",
     "AskRevision",
     "Budget",
     "Completion",
@@ -45,6 +46,7 @@ __all__ = [
     "Worker",
     "WorkerBuilder",
     "WorkerHealth",
+    "WorkerIds",
     "WorkerPool",
     "WorkerPromptAdapter",
     "WorkerSpec",

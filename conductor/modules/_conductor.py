@@ -42,6 +42,9 @@ SELF_DESCRIPTION = (
 )
 """How the conductor sees itself in the worker list while a recursive round is left."""
 
+SELF_NAME = "conductor"
+"""The conductor's own name in a workflow that names workers (``worker_ids="names"``)."""
+
 
 class ConductorReply(NamedTuple):
     """The conductor's completion for one round, read: a runnable workflow, or ``None`` and the ``error`` (a format
@@ -113,6 +116,7 @@ class Conductor(PoolProgram):
         super().__init__(pool, **{name: getattr(config, name) for name in ProgramOptions.__annotations__})
         self.limits = Limits(max_steps=config.max_steps)
         self.fallback = config.fallback
+        self.worker_ids = config.worker_ids
 
     @classmethod
     def from_config(cls, config: ConductorConfig, pool: WorkerPool, lm: dspy.LM | None = None) -> Conductor:
@@ -128,6 +132,7 @@ class Conductor(PoolProgram):
             max_steps=self.limits.max_steps,
             max_depth=self.max_depth,
             fallback=self.fallback,
+            worker_ids=self.worker_ids,
             roles=tuple(named_role(name, predictor.signature) for name, predictor in self.roles.items()),
             budget=self.executor.budget,
             max_parallel=self.executor.max_parallel,
@@ -155,6 +160,21 @@ class Conductor(PoolProgram):
     def own_id(self) -> int:
         """The worker number by which the conductor chooses itself: the one after the pool's."""
         return len(self.pool)
+
+    @property
+    def workflow_names(self) -> tuple[str, ...] | None:
+        """The names its workflows give workers (``names[i]`` is worker i; the conductor's own, ``SELF_NAME``, last
+        when it may recurse), or ``None`` when they number them (``worker_ids="numbers"``)."""
+        if self.worker_ids == "numbers":
+            return None
+        names = tuple(self.pool.names)
+        if SELF_NAME in (name.lower() for name in names):
+            raise ConfigError(f"no worker may be named {SELF_NAME!r} where workflows name workers: it is the conductor")
+        return (*names, SELF_NAME) if self.max_depth else names
+
+    def workflow_text(self, workflow: Workflow) -> str:
+        """``workflow`` as this conductor writes it (its workers by number or by name)."""
+        return workflow.to_text(self.workflow_names)
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         question = self.question_text(inputs)
@@ -185,7 +205,7 @@ class Conductor(PoolProgram):
         """Read the conductor's ``completion`` in round ``depth`` (0: the first) into a workflow that may run then;
         format problems are returned in ``ConductorReply.error``, never raised."""
         try:
-            workflow = Workflow.parse(completion)
+            workflow = Workflow.parse(completion, self.workflow_names)
         except WorkflowError as exc:
             return ConductorReply(None, completion, RunError("format", str(exc)))
         return self._checked(workflow, completion, depth)
@@ -206,7 +226,7 @@ class Conductor(PoolProgram):
         for i, step in enumerate(workflow.steps if self.max_depth else ()):
             if step.worker != self.own_id:
                 continue
-            me = f"step {i}: Model {step.worker} is you, the conductor"
+            me = f"step {i}: {SELF_NAME if self.workflow_names else f'Model {step.worker}'} is you, the conductor"
             if i < len(workflow) - 1:
                 found.append(f"{me}: you may only do the last step")
             elif i == 0:
@@ -242,12 +262,12 @@ class Conductor(PoolProgram):
         self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int
     ) -> dict[str, Any]:
         answer = previous.response if previous.response is not None else f"(no answer: {previous.error})"
-        return self._inputs(depth, question=question, previous_workflow=workflow.to_text(), previous_answer=answer)
+        text = self.workflow_text(workflow)
+        return self._inputs(depth, question=question, previous_workflow=text, previous_answer=answer)
 
-    @staticmethod
-    def _messages(predictor: dspy.Predict, inputs: dict[str, Any]) -> list[dict[str, str]]:
+    def _messages(self, predictor: dspy.Predict, inputs: dict[str, Any]) -> list[dict[str, str]]:
         """What ``predictor`` sends for ``inputs``: its signature and demos, formatted as ``_ask`` formats them."""
-        return WorkflowAdapter().format(predictor.signature, predictor.demos, inputs)
+        return WorkflowAdapter(self.workflow_names).format(predictor.signature, predictor.demos, inputs)
 
     def _ask(
         self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any], budget: Budget | None
@@ -270,7 +290,8 @@ class Conductor(PoolProgram):
                 return ConductorReply(None, "", limit)
             if limit is not None:
                 config["max_tokens"] = limit
-        adapter = WorkflowAdapter()  # one per call: it keeps this call's raw completion, safe under concurrency
+        # One adapter per call: it keeps this call's raw completion, safe under concurrency.
+        adapter = WorkflowAdapter(self.workflow_names)
         trace = dspy.settings.trace
         traced = len(trace) if trace is not None else 0
         # On unreadable text the adapter raises, having kept the completion: read_completion reports the problems.
@@ -291,8 +312,11 @@ class Conductor(PoolProgram):
 
     def _workers_text(self, depth: int) -> str:
         """The worker list the conductor sees in round ``depth``: the pool, and itself while a round is left."""
-        pool = self.pool.describe()
-        return pool if depth >= self.max_depth else f"{pool}\nModel {self.own_id}: {SELF_DESCRIPTION}"
+        by_name = self.worker_ids == "names"
+        pool = self.pool.describe(by_name)
+        if depth >= self.max_depth:
+            return pool
+        return f"{pool}\n{SELF_NAME if by_name else f'Model {self.own_id}'}: {SELF_DESCRIPTION}"
 
     # ---- running what the conductor wrote -----------------------------------------------------------------------
     def run_reply(

@@ -20,6 +20,7 @@ from conductor.modules._executor import Budget
 from conductor.signatures import BUILTIN_ROLES, role_name
 
 Fallback = Literal["first_worker", "none"]
+WorkerIds = Literal["numbers", "names"]
 _BUILTINS = {role_name(role): role for role in BUILTIN_ROLES}
 
 
@@ -114,6 +115,9 @@ class ConductorConfig(pydantic.BaseModel):
         max_depth: the most recursive rounds a run may add (0: the conductor can't choose itself).
         fallback: on an unusable workflow, ``"first_worker"`` asks worker 0 the question directly (recorded as a
             format error all the same); ``"none"`` returns no answer.
+        worker_ids: how the conductor names workers in its workflows: ``"numbers"`` (``Model 2``, the paper's form)
+            or ``"names"`` (the pool's names, ``model_id = ["gemma", "check"]``). A conductor trained on numbers
+            learns places, and a pool in another order or without a worker changes what they mean; names keep it.
         roles: role signatures a step may take; the first is the default role.
         budget: per-run limits on steps, tokens and cost.
         max_parallel: the most steps that run at once.
@@ -126,6 +130,7 @@ class ConductorConfig(pydantic.BaseModel):
     max_steps: int = pydantic.Field(5, ge=1)
     max_depth: int = 0  # checked by Conductor.max_depth
     fallback: Fallback = "first_worker"
+    worker_ids: WorkerIds = "numbers"
     roles: Roles = BUILTIN_ROLES
     budget: Budget = Budget()
     max_parallel: int = 4  # checked by the Executor

@@ -206,12 +206,13 @@ class WorkerPool(Sequence[Worker]):
             spec = spec.model_copy(update={"workers": workers})
         return WorkerPool(chosen, show_descriptions=self.show_descriptions, spec=spec, fallbacks=fallbacks)
 
-    def describe(self) -> str:
-        """How the conductor sees the pool: ordinal ids, plus descriptions only when the pool opts in."""
+    def describe(self, by_name: bool = False) -> str:
+        """How the conductor sees the pool: ordinal ids (``Model 0``) or the workers' names, plus descriptions only
+        when the pool opts in."""
         lines = []
         for i, worker in enumerate(self._workers):
             extra = f": {worker.description}" if self.show_descriptions and worker.description else ""
-            lines.append(f"Model {i}{extra}")
+            lines.append(f"{worker.name if by_name else f'Model {i}'}{extra}")
         return "\n".join(lines)
 
     def close(self) -> None:

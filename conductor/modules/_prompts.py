@@ -15,6 +15,8 @@ demos are traces of real runs, so they hold the workflow the conductor wrote and
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 import dspy
@@ -62,34 +64,42 @@ class WorkerPromptAdapter(dspy.Adapter):
 
 
 class WorkflowAdapter(dspy.Adapter):
-    """``Orchestrate`` as plain text in, the paper's list format out. ``completion`` and ``workflow`` keep the last
-    raw text parsed and what it parsed into (None if it didn't), so use one adapter per call when calls run
-    concurrently."""
+    """``Orchestrate`` as plain text in, the paper's list format out, with workers by number or, given the pool's
+    ``names`` (``names[i]`` is worker i), by name. ``completion`` and ``workflow`` keep the last raw text parsed and
+    what it parsed into (None if it didn't), so use one adapter per call when calls run concurrently."""
 
     completion = ""
     workflow: Workflow | None = None
 
+    def __init__(self, names: Sequence[str] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.names = tuple(names) if names is not None else None
+
     def format(self, signature, demos, inputs):
-        system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{_FORMAT_EXAMPLE}"
+        system = f"{signature.instructions}\n\nAnswer in exactly this form:\n{format_example(self.names is not None)}"
         messages = [{"role": "system", "content": system}]
         for demo in (demo for demo in demos if is_workflow_demo(demo)):
             messages.append({"role": "user", "content": _render_inputs(signature, demo, {})})
-            messages.append({"role": "assistant", "content": _workflow_of(demo).to_text()})
+            messages.append({"role": "assistant", "content": _workflow_of(demo).to_text(self.names)})
         messages.append({"role": "user", "content": _render_inputs(signature, inputs, {})})
         return messages
 
     def parse(self, signature, completion):
         self.completion, self.workflow = completion, None
         try:
-            self.workflow = Workflow.parse(completion)
+            self.workflow = Workflow.parse(completion, self.names)
         except WorkflowError as exc:
             raise AdapterParseError(type(self).__name__, signature, completion, message=str(exc)) from exc
         return workflow_fields(self.workflow)
 
 
-_FORMAT_EXAMPLE = Workflow.from_lists(
-    [0, 1], ["<instruction for step 0>", "<instruction for step 1>"], [[], "all"], reasoning="<brief thoughts>"
-).to_text()
+@functools.cache
+def format_example(by_name: bool) -> str:
+    """The workflow the system prompt shows as the form to answer in, its workers by number or by name."""
+    example = Workflow.from_lists(
+        [0, 1], ["<instruction for step 0>", "<instruction for step 1>"], [[], "all"], reasoning="<brief thoughts>"
+    )
+    return example.to_text(["<worker name>", "<worker name>"] if by_name else None)
 
 
 def workflow_fields(workflow: Workflow) -> dict[str, Any]:

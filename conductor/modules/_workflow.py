@@ -7,6 +7,9 @@ A workflow is the paper's three equal-length lists, plus an optional fourth nami
     access_list = [[], "all"]
     roles = ["plan", "solve"]          # optional; a step without a role uses the default role
 
+Workers are named by their place in the pool, as in the paper, or, given the pool's ``names``, by name
+(``model_id = ["gemma", "check"]``): a workflow by name keeps its meaning in a pool of another order or size.
+
 Parsing (as reimplementations of the paper do it): drop a leading ``<think>...</think>``, find each name followed by
 ``:`` or ``=``, read the balanced ``[...]`` after it as a Python literal, else as JSON, else split it on commas.
 Anything that can't become a workflow raises ``WorkflowError`` listing every problem, never a bare exception:
@@ -71,8 +74,9 @@ class Workflow:
 
     # ---- reading -------------------------------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> Workflow:
-        """Read the conductor's text; raise ``WorkflowError`` with every format problem found."""
+    def parse(cls, text: str, names: Sequence[str] | None = None) -> Workflow:
+        """Read the conductor's text; raise ``WorkflowError`` with every format problem found. With ``names``
+        (``names[i]`` is worker i), ``model_id`` may name workers as well as number them."""
         body = _THINK.sub("", text, count=1)
         values, spans = _scan_fields(body)
         reasoning = values.pop("reasoning", None)
@@ -83,7 +87,12 @@ class Workflow:
         if missing:
             raise WorkflowError([f"missing list: {name}" for name in missing], text=text)
         return cls.from_lists(
-            values["model_id"], values["subtasks"], values["access_list"], values.get("roles"), reasoning=reasoning
+            values["model_id"],
+            values["subtasks"],
+            values["access_list"],
+            values.get("roles"),
+            reasoning=reasoning,
+            names=names,
         )
 
     @classmethod
@@ -95,8 +104,10 @@ class Workflow:
         roles: list | None = None,
         *,
         reasoning: str = "",
+        names: Sequence[str] | None = None,
     ) -> Workflow:
-        """Build a workflow from the parsed lists, converting tolerantly ("Model 2" -> 2, "none" -> [])."""
+        """Build a workflow from the parsed lists, converting tolerantly ("Model 2" -> 2, "none" -> []); with
+        ``names``, a worker's name is its index too."""
         lists = {"model_id": model_id, "subtasks": subtasks, "access_list": access_list}
         if roles is not None:
             lists["roles"] = roles
@@ -110,9 +121,10 @@ class Workflow:
             raise WorkflowError(["unequal lengths: " + ", ".join(f"{n}={k}" for n, k in lengths.items())])
         steps = []
         for i in range(lengths["model_id"]):
-            worker, access = _as_worker(model_id[i]), _as_access(access_list[i])
+            worker, access = _as_worker(model_id[i], names), _as_access(access_list[i])
             if worker is None:
-                problems.append(f"model_id[{i}] is not a worker index: {_shown(model_id[i])}")
+                known = f" or one of the names {', '.join(names)}" if names else ""
+                problems.append(f"model_id[{i}] is not a worker index{known}: {_shown(model_id[i])}")
             if access is None:
                 problems.append(
                     f'access_list[{i}] must be "all", [] or a list of step indices: {_shown(access_list[i])}'
@@ -165,11 +177,13 @@ class Workflow:
         )
 
     # ---- writing -------------------------------------------------------------------------------------------------
-    def to_text(self) -> str:
-        """The canonical text form; ``Workflow.parse(w.to_text()) == w``."""
+    def to_text(self, names: Sequence[str] | None = None) -> str:
+        """The canonical text form, naming workers by ``names`` when given (``names[i]`` is worker i);
+        ``Workflow.parse(w.to_text(names), names) == w``."""
         lines = [f"reasoning = {json.dumps(self.reasoning, ensure_ascii=False)}"] if self.reasoning else []
+        workers = [s.worker if names is None else names[s.worker] for s in self.steps]
         lines += [
-            f"model_id = {json.dumps([s.worker for s in self.steps])}",
+            f"model_id = {json.dumps(workers, ensure_ascii=False)}",
             f"subtasks = {json.dumps([s.subtask for s in self.steps], ensure_ascii=False)}",
             f"access_list = {json.dumps([s.access if s.access == 'all' else list(s.access) for s in self.steps])}",
         ]
@@ -278,7 +292,13 @@ def _read_string(raw: str) -> str:
         return raw.strip('"')
 
 
-def _as_worker(value: object) -> int | None:
+def _as_worker(value: object, names: Sequence[str] | None = None) -> int | None:
+    if isinstance(value, str) and names:  # a name as written, else in any case
+        name, folded = value.strip(), [n.lower() for n in names]
+        if name in names:
+            return list(names).index(name)
+        if name.lower() in folded:
+            return folded.index(name.lower())
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

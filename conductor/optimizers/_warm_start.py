@@ -5,8 +5,9 @@ LoRA fine-tune on workflows known to be valid (the user's, ``synthetic_workflows
 search, ``from_predictions``) teaches the list format first.
 
 Each training pair is the exact prompt the ``Conductor`` sends its LM for a question (``Conductor.prompt_messages``)
-and ``Workflow.to_text()`` followed by end-of-sequence. The loss is the mean cross-entropy of the completion tokens
-only: teacher-forced log-probs from ``ConductorLM.sequence_logprobs``, so the prompt is context and never a target.
+and the workflow as the program writes it (``Conductor.workflow_text``) followed by end-of-sequence. The loss is the
+mean cross-entropy of the completion tokens only: teacher-forced log-probs from ``ConductorLM.sequence_logprobs``, so
+the prompt is context and never a target.
 
 Importing this module needs no torch (making and checking examples don't); training does, through the policy.
 """
@@ -91,10 +92,11 @@ def _question(program: Conductor, inputs: Mapping[str, Any]) -> str:
     return question
 
 
-def completion_ids(policy: ConductorLM, workflow: Workflow) -> list[int]:
-    """The tokens the policy should write for ``workflow``: its canonical text, then end-of-sequence."""
+def completion_ids(policy: ConductorLM, program: Conductor, workflow: Workflow) -> list[int]:
+    """The tokens the policy should write for ``workflow`` in ``program``: its canonical text (workers by number or
+    by name, as the program names them), then end-of-sequence."""
     eos = policy.tokenizer.eos_token_id if policy.tokenizer.eos_token_id in policy.eos_ids else min(policy.eos_ids)
-    return [*policy.tokenizer(workflow.to_text(), add_special_tokens=False)["input_ids"], eos]
+    return [*policy.tokenizer(program.workflow_text(workflow), add_special_tokens=False)["input_ids"], eos]
 
 
 def training_pairs(
@@ -125,7 +127,7 @@ def training_pairs(
         if found:
             problems += found
             continue
-        completion = completion_ids(policy, workflow)
+        completion = completion_ids(policy, seen, workflow)
         if len(prompt) + len(completion) > max_length:
             problems.append(
                 f"example {i}: {len(prompt) + len(completion)} tokens (prompt {len(prompt)} + workflow "

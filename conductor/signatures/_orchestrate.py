@@ -5,7 +5,8 @@ import dspy
 
 _RULES = """Rules:
 - Write at most `max_steps` steps. Easy questions need one or two steps; hard ones may plan, solve and verify.
-- `model_id[i]` is the number of the worker for step i (Model 0, Model 1, ...).
+- `model_id[i]` is the worker for step i as the worker list writes it: its number (Model 0, Model 1, ...) or
+  its name.
 - `subtasks[i]` is a clear, self-contained instruction written for that worker.
 - `access_list[i]` is "all" to show the worker every earlier step, [] to show none, or a list of earlier step
   numbers.
@@ -23,11 +24,11 @@ workflow: which worker does each step, what exactly it must do, and which earlie
 {_RULES}"""
 
     question: str = dspy.InputField(desc="the task to solve")
-    workers: str = dspy.InputField(desc="the workers available, one per line, by number")
+    workers: str = dspy.InputField(desc="the workers available, one per line, by number or by name")
     available_roles: str = dspy.InputField(desc="the roles a step may take")
     max_steps: int = dspy.InputField(desc="the most steps the workflow may have")
     reasoning: str = dspy.OutputField(desc="brief thoughts on how to split the task and whom to give each part")
-    model_id: list[int] = dspy.OutputField(desc="the worker number for each step")
+    model_id: list[int] = dspy.OutputField(desc="the worker of each step, by number or by name")
     subtasks: list[str] = dspy.OutputField(desc="the instruction for each step")
     access_list: list[str | list[int]] = dspy.OutputField(desc='for each step: "all", [] or earlier step numbers')
     roles: list[str] = dspy.OutputField(desc="optional: the role of each step")

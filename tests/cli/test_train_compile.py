@@ -201,3 +201,12 @@ def test_expert_iteration_and_grpo_must_sample_workflows_of_one_length(tmp_path:
 def test_train_without_a_grpo_section_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", str(write_config(tmp_path))]) == 2
     assert "no `grpo` section" in capsys.readouterr().err
+
+
+def test_a_config_can_have_workflows_name_the_workers(tmp_path: Path) -> None:
+    config = load_run_config(write_config(tmp_path, {"worker_ids": "names", "max_tokens": 96, "grammar": True}))
+    program = config.conductor(config.policy())
+    assert program.worker_ids == "names"
+    assert program.orchestrate.lm.engine.logits_processor.format.worker_names == ("calc", "title")
+    with pytest.raises(ConfigError, match=r"program\.worker_ids"):
+        load_run_config(write_config(tmp_path, {"worker_ids": "places"}))

@@ -21,12 +21,17 @@ from conductor.modules._workflow import Limits, Step, Workflow
 needs_xgrammar = pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None, reason="needs xgrammar")
 
 ROLES = ("plan", "solve", "check")
+NAMES = ("gemma", 'say "hi"', "rédacteur")
 FORMATS = {
     "binary": WorkflowFormat(3, 3, max_subtask_bytes=40),
     "rich": WorkflowFormat(4, 5, roles=ROLES, access="indices", reasoning=True, max_subtask_bytes=40),
     "recursive": WorkflowFormat(3, 3, max_subtask_bytes=40, conductor_step=True, allow_empty=True),
     "recursive rich": WorkflowFormat(
         4, 3, roles=ROLES, access="indices", reasoning=True, max_subtask_bytes=40, conductor_step=True, allow_empty=True
+    ),
+    "named": WorkflowFormat(3, 3, max_subtask_bytes=40, worker_names=NAMES),
+    "named recursive": WorkflowFormat(
+        3, 3, access="indices", max_subtask_bytes=40, worker_names=NAMES, conductor_step=True, allow_empty=True
     ),
 }
 
@@ -76,7 +81,7 @@ def test_the_grammar_accepts_every_valid_workflow_in_canonical_form(
     workflow = data.draw(workflows(fmt))
     n_workers = fmt.n_workers + fmt.conductor_step
     workflow.validate(n_workers, Limits(max_steps=fmt.max_steps, allow_empty=fmt.allow_empty), set(ROLES))
-    assert constraints[name].accepts(workflow.to_text())
+    assert constraints[name].accepts(workflow.to_text(fmt.names()))
 
 
 def test_a_workflow_with_quotes_backslashes_and_non_ascii_is_accepted(
@@ -158,12 +163,42 @@ def test_the_recursive_grammar_has_the_conductors_id_last_and_the_empty_lists(
     assert constraints[name].accepts(text) is accepted
 
 
+NAMED = 'model_id = ["gemma", "say \\"hi\\""]\nsubtasks = ["Plan it", "Do it"]\naccess_list = [[], "all"]'
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "accepted"),
+    [
+        ("named", NAMED, True),
+        ("named", NAMED.replace('"gemma"', '"rédacteur"'), True),
+        ("named", BINARY, False),  # numbers are not names
+        ("named", NAMED.replace('"gemma"', '"Gemma"'), False),  # the name as the pool writes it
+        ("named", NAMED.replace('"gemma"', '"python"'), False),  # not in the pool
+        ("named", NAMED.replace('"gemma"', '"conductor"'), False),  # only with conductor_step
+        ("named recursive", NAMED.replace('"gemma", "say \\"hi\\""', '"conductor", "gemma"'), False),  # last only
+        ("named recursive", NAMED.replace('"say \\"hi\\""', '"conductor"'), True),
+        ("named recursive", EMPTY, True),
+    ],
+)
+def test_the_named_grammar_writes_workers_by_their_pool_names(
+    constraints: dict[str, WorkflowConstraint], name: str, text: str, accepted: bool
+) -> None:
+    assert constraints[name].accepts(text) is accepted
+
+
+def test_every_order_of_a_pool_shares_one_named_grammar() -> None:
+    grammars = {
+        WorkflowFormat(3, 2, worker_names=order).grammar() for order in (NAMES, NAMES[::-1], NAMES[1:] + NAMES[:1])
+    }
+    assert len(grammars) == 1  # compiled once for GRPO's random orders: the names, not their places, are the text
+
+
 @pytest.mark.parametrize("name", FORMATS)
 def test_the_longest_workflow_is_accepted_and_bounds_the_tokens(
     constraints: dict[str, WorkflowConstraint], name: str
 ) -> None:
     fmt = FORMATS[name]
-    text = fmt.longest().to_text()
+    text = fmt.longest().to_text(fmt.names())
     assert constraints[name].accepts(text)
     assert not constraints[name].accepts(text.replace('"]\naccess_list', 'x"]\naccess_list'))
     assert fmt.max_tokens() == len(text.encode()) + 1
@@ -182,6 +217,8 @@ def test_bad_formats_name_every_problem() -> None:
     message = str(info.value)
     for part in ("n_workers", "max_steps", "access", "distinct", "'Plan'"):
         assert part in message
+    with pytest.raises(ConfigError, match="worker_names must name each of the 3 workers"):
+        WorkflowFormat(3, 2, worker_names=("a", "b"))
     assert workflow_grammar(2, 2, roles=["plan"]) == WorkflowFormat(2, 2, roles=("plan",)).grammar()
 
 
@@ -267,19 +304,21 @@ def test_constrain_program_gives_each_round_its_grammar(tiny: ConductorLM) -> No
 
 
 @needs_xgrammar
+@pytest.mark.parametrize("worker_ids", ["numbers", "names"])
 @pytest.mark.parametrize("max_depth", [0, 1])
-def test_each_round_samples_only_workflows_it_may_run(tiny: ConductorLM, max_depth: int) -> None:
+def test_each_round_samples_only_workflows_it_may_run(tiny: ConductorLM, max_depth: int, worker_ids: str) -> None:
     from conductor.conductor_lm import constraint_factory
-    from conductor.modules import Conductor, WorkerPool
+    from conductor.modules import SELF_NAME, Conductor, WorkerPool
     from conductor.testing import ScriptedWorker
 
     pool = WorkerPool([ScriptedWorker(name, lambda p: "1") for name in ("a", "b", "c")])
-    program = Conductor(pool, max_steps=3, max_depth=max_depth)
-    grammar = constraint_factory(tiny, 96)
+    program = Conductor(pool, max_steps=3, max_depth=max_depth, worker_ids=worker_ids)
+    tokens = 96 if worker_ids == "numbers" else 128  # "conductor" takes more bytes than "3" (a byte tokenizer)
+    grammar = constraint_factory(tiny, tokens)
     prompts = [program.prompt_messages(q) for q in ("What is 2 + 2?", "Name a prime.", "Sort [3, 1, 2].")]
     workers = []
     for depth in range(max_depth + 1):
-        rows = tiny.sample(prompts, 8, max_new_tokens=96, seed=depth, logits_processor=grammar(program, depth))
+        rows = tiny.sample(prompts, 8, max_new_tokens=tokens, seed=depth, logits_processor=grammar(program, depth))
         for sample in (s for row in rows for s in row):
             assert sample.finish_reason == "stop"
             reply = program.read_completion(sample.text, depth)
@@ -290,7 +329,8 @@ def test_each_round_samples_only_workflows_it_may_run(tiny: ConductorLM, max_dep
     if max_depth:  # the seeds sample both: the conductor's own id first, then keeping the answer
         assert any(chosen[-1:] == [own_id] for depth, chosen in workers if depth == 0)
         assert any(not chosen for depth, chosen in workers if depth == 1)
-    calls_itself = Workflow((Step(0, "Go", ()), Step(own_id, "Check", "all"))).to_text()
+    names = None if worker_ids == "numbers" else (*pool.names, SELF_NAME)
+    calls_itself = Workflow((Step(0, "Go", ()), Step(own_id, "Check", "all"))).to_text(names)
     assert grammar(program, max_depth).accepts(calls_itself) is False
     assert grammar(program, 0).accepts(calls_itself) is bool(max_depth)
 

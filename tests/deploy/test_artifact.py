@@ -248,8 +248,9 @@ def test_the_shipped_programs_options_read_back_as_written():
     manifest = json.loads((TRAINED_PROGRAM / "manifest.json").read_text())
     config = _artifact._read_config(TRAINED_PROGRAM / "manifest.json", manifest)
     dumped = config.model_dump(mode="json")
-    assert dumped == {k: manifest[k] for k in dumped}
+    assert dumped == {**dumped, **{k: manifest[k] for k in dumped if k in manifest}}
     assert config.max_steps == 1 and [role.__name__ for role in config.roles][:2] == ["Solve", "Plan"]
+    assert "worker_ids" not in manifest and config.worker_ids == "numbers"  # saved before names: as it was trained
 
 
 def test_invalid_options_in_a_manifest_are_a_clear_error(tmp_path):
@@ -258,3 +259,12 @@ def test_invalid_options_in_a_manifest_are_a_clear_error(tmp_path):
     (folder / "manifest.json").write_text(json.dumps({**manifest, "fallback": "guess", "max_steps": 0}))
     with pytest.raises(ConductorError, match=r"invalid program options: max_steps: .*; fallback: "):
         load_program(folder, trust_code=True)
+
+
+def test_a_program_that_names_its_workers_loads_naming_them(tmp_path):
+    program = compiled_program()
+    program.worker_ids = "names"
+    loaded = load_program(save_program(program, tmp_path / "p"), trust_code=True)
+    assert loaded.worker_ids == "names"
+    assert '"names"' in (tmp_path / "p" / "manifest.json").read_text()
+    assert 'model_id = ["' in loaded.prompt_messages("1 + 1")[2]["content"]  # the demo, by name

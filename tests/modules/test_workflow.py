@@ -137,3 +137,30 @@ def test_mermaid_shows_steps_edges_and_escapes_quotes():
     assert "2 · Model 1 (gemma)" in chart
     assert '"step' not in chart.split("S1[", 1)[1].split("\n")[0][1:-2]  # inner quotes escaped
     assert "S2 --> A" in chart
+
+
+NAMES = ("gemma", "check", "smollm2")
+
+
+@pytest.mark.parametrize(
+    ("written", "worker"),
+    [('"check"', 1), ('"CHECK"', 1), ('" smollm2 "', 2), ("2", 2), ('"Model 0"', 0)],
+)
+def test_with_names_a_worker_may_be_named_as_well_as_numbered(written, worker):
+    text = f'model_id = [{written}]\nsubtasks = ["a"]\naccess_list = [[]]'
+    assert Workflow.parse(text, NAMES).steps[0].worker == worker
+
+
+def test_a_name_that_is_no_worker_is_a_problem_listing_the_names():
+    with pytest.raises(WorkflowError, match="one of the names gemma, check, smollm2: 'python'"):
+        Workflow.parse('model_id = ["python"]\nsubtasks = ["a"]\naccess_list = [[]]', NAMES)
+    with pytest.raises(WorkflowError, match="not a worker index: 'check'"):
+        Workflow.parse('model_id = ["check"]\nsubtasks = ["a"]\naccess_list = [[]]')  # names only when given
+
+
+@given(st.lists(st.integers(0, len(NAMES) - 1), min_size=1, max_size=4))
+def test_text_by_name_reads_back_to_the_same_workflow(workers):
+    workflow = Workflow(tuple(Step(w, f"do {i}", "all" if i else ()) for i, w in enumerate(workers)))
+    text = workflow.to_text(NAMES)
+    assert text.startswith("model_id = [" + ", ".join(f'"{NAMES[w]}"' for w in workers) + "]")
+    assert Workflow.parse(text, NAMES) == workflow

@@ -269,3 +269,13 @@ def test_an_example_with_its_own_pool_is_trained_on_the_prompt_of_that_pool() ->
     assert prompt == policy.encode(seen.prompt_messages("2+2?")) != policy.encode(conductor.prompt_messages("2+2?"))
     with pytest.raises(ConductorError, match=r"example 0: .*step 0.*worker 1"):
         training_pairs(policy, conductor, [({"question": "2+2?"}, ADD, conductor.pool.subset([2]))], 4096)
+
+
+def test_a_conductor_that_names_workers_is_trained_on_workflows_by_name() -> None:
+    policy, conductor = tiny(), program(workers=3)
+    conductor.worker_ids = "names"
+    ((_, completion),) = training_pairs(policy, conductor, [({"question": "2+2?"}, ADD)], max_length=4096)
+    assert policy.decode(completion).startswith('model_id = ["w1"]')
+    swapped = conductor.pool.subset([1, 0])  # ADD's worker 1 is w0 in this example's own pool
+    ((_, completion),) = training_pairs(policy, conductor, [({"question": "2+2?"}, ADD, swapped)], max_length=4096)
+    assert policy.decode(completion).startswith('model_id = ["w0"]')
