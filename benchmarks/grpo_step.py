@@ -11,7 +11,8 @@ and the update is measured too. ``--free`` samples without the constraint.
 
 Then, in the same run, what sharing each prompt within its group saves: sampling the group as G rows that share one
 pass over the prompt against G left-padded copies of it, and scoring the group's log-probs with gradients (the
-update's forward and backward) in one call against one call per completion.
+update's forward and backward) in one call against one call per completion; and what the preallocated (static)
+cache saves over one that grows by concatenation (transformers' default), sampling the same shared group.
 
     .venv/bin/python benchmarks/grpo_step.py [--examples 2] [--group 4] [--max-new-tokens 192] [--steps 2] [--free]
 """
@@ -28,6 +29,7 @@ import dspy
 import torch
 
 from conductor.conductor_lm import ConductorLM
+from conductor.local import _generate
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer
 from conductor.testing import ScriptedWorker
@@ -103,6 +105,14 @@ def _compare_sharing(policy: ConductorLM, prompt: list[int], group: int, max_new
     policy.sample([prompt] * group, 1, **options)  # n=1: G left-padded rows, each with its own pass over the prompt
     copied_sampling = time.perf_counter() - began
     completions = [list(s.token_ids) for s in samples]
+    preallocated = _generate._prefill_to_generate
+    _generate._prefill_to_generate = _growing_cache
+    try:
+        began = time.perf_counter()
+        policy.sample([prompt], group, **options)
+        growing_sampling = time.perf_counter() - began
+    finally:
+        _generate._prefill_to_generate = preallocated
 
     def score(calls: list[list[int]]) -> float:
         began = time.perf_counter()
@@ -120,8 +130,16 @@ def _compare_sharing(policy: ConductorLM, prompt: list[int], group: int, max_new
     print(f"one group of {group} (prompt {len(prompt)} tokens, completions {sum(map(len, completions)) / group:.0f}):")
     print(f"  sampling: shared prompt {shared_sampling:.2f} s, a copy per row {copied_sampling:.2f} s, "
           f"ratio {copied_sampling / shared_sampling:.2f}")  # fmt: skip
+    print(f"  sampling the shared group: preallocated cache {shared_sampling:.2f} s, growing cache "
+          f"{growing_sampling:.2f} s, ratio {growing_sampling / shared_sampling:.2f}")  # fmt: skip
     print(f"  log-probs with gradients: shared prompt {shared_scoring:.2f} s, a call per completion "
           f"{copied_scoring:.2f} s, ratio {copied_scoring / shared_scoring:.2f}")  # fmt: skip
+
+
+def _growing_cache(model, prompt: list[int], rows: int, max_new_tokens: int) -> dict:
+    """The shared prompt's cache as before the preallocated one: a dynamic cache repeated per row, which
+    ``generate`` then grows by concatenation at each new token."""
+    return _generate._prefill(model, prompt[:-1], rows)[1] if len(prompt) > 1 else {}
 
 
 def _add(prompt: str, error: int) -> str:
