@@ -302,9 +302,12 @@ def sequence_logprobs(
 
     Completions that share a prompt (a GRPO group) share one pass over it: the prompt's keys and values are computed
     once and repeated for each completion, so the cost is one prompt plus the completions rather than a prompt per
-    completion (with a 330-token prompt and 30-token workflows, about a fifth of the tokens). ``batch_size`` bounds
-    the completions in one pass. The model's train/eval mode is left as it is (LoRA dropout applies in train mode).
-    Returns one float32 tensor per completion, on the model's device, with a graph when ``grad``.
+    completion (with a 330-token prompt and 30-token workflows, about a fifth of the tokens). A completion that
+    recurs after the same prompt (a group that agrees on a workflow) is scored once and its tensor shared, so its
+    gradient counts once per occurrence, as before; with LoRA dropout on, the occurrences share one dropout draw.
+    ``batch_size`` bounds the distinct completions in one pass. The model's train/eval mode is left as it is (LoRA
+    dropout applies in train mode). Returns one float32 tensor per completion, on the model's device, with a graph
+    when ``grad``.
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -320,15 +323,17 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     with torch.enable_grad() if grad else torch.no_grad():
         for prompt, members in groups.items():
+            first: dict[tuple[int, ...], int] = {}  # each distinct completion is scored once
             for i in members:
-                if not completions[i]:
-                    out[i] = torch.zeros(0, device=device)
-            members = [i for i in members if completions[i]]
-            for start in range(0, len(members), step):
-                chunk = members[start : start + step]
+                first.setdefault(tuple(completions[i]), i)
+            distinct = [i for i in first.values() if completions[i]]
+            for start in range(0, len(distinct), step):
+                chunk = distinct[start : start + step]
                 rows = _shared_prompt_logprobs(model, prompt, [completions[i] for i in chunk], pad_id, temperature)
                 for i, row in zip(chunk, rows, strict=True):
                     out[i] = row
+            for i in members:
+                out[i] = out[first[tuple(completions[i])]] if completions[i] else torch.zeros(0, device=device)
     return out  # type: ignore[return-value]
 
 

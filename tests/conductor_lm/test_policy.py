@@ -76,7 +76,8 @@ def test_sampling_logprobs_equal_sequence_logprobs(tiny: ConductorLM, temperatur
 def test_completions_sharing_a_prompt_score_and_train_as_if_scored_alone(tiny: ConductorLM) -> None:
     _train(tiny, tiny.encode(PROMPTS[0]), tiny.tokenizer("abc", add_special_tokens=False)["input_ids"], steps=2)
     prompt = tiny.encode(PROMPTS[0])
-    texts = ["a", "model_id = [1]", "x y", ""]  # uneven lengths (right padding) and an empty one
+    # uneven lengths (right padding), an empty one, and one twice (scored once, its gradient counted twice)
+    texts = ["a", "model_id = [1]", "x y", "", "model_id = [1]"]
     completions = [tiny.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
     def gradients(scores: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -87,6 +88,7 @@ def test_completions_sharing_a_prompt_score_and_train_as_if_scored_alone(tiny: C
     together = tiny.sequence_logprobs([prompt] * len(texts), completions, grad=True)
     alone = [tiny.sequence_logprobs(prompt, c, grad=True) for c in completions]
     assert [len(t) for t in together] == [len(c) for c in completions]
+    assert together[4] is together[1]
     for a, b in zip(together, alone, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
     for a, b in zip(gradients(together), gradients(alone), strict=True):
