@@ -315,33 +315,57 @@ def sequence_logprobs(
         raise ConductorError("a prompt has no tokens")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, prompt in enumerate(prompts):
-        groups.setdefault(tuple(prompt), []).append(i)
+    first: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}  # each distinct pair is scored once
+    for i, pair in enumerate(zip(prompts, completions, strict=True)):
+        first.setdefault((tuple(pair[0]), tuple(pair[1])), i)
     step = batch_size or max(len(prompts), 1)
     out: list[torch.Tensor | None] = [None] * len(prompts)
     device = next(model.parameters()).device
     with torch.enable_grad() if grad else torch.no_grad():
-        for prompt, members in groups.items():
-            first: dict[tuple[int, ...], int] = {}  # each distinct completion is scored once
-            for i in members:
-                first.setdefault(tuple(completions[i]), i)
-            distinct = [i for i in first.values() if completions[i]]
-            for start in range(0, len(distinct), step):
-                chunk = distinct[start : start + step]
-                rows = _shared_prompt_logprobs(model, prompt, [completions[i] for i in chunk], pad_id, temperature)
-                for i, row in zip(chunk, rows, strict=True):
-                    out[i] = row
-            for i in members:
-                out[i] = out[first[tuple(completions[i])]] if completions[i] else torch.zeros(0, device=device)
+        for prefix, rows in _passes(prompts, completions, [i for i in first.values() if completions[i]]):
+            for start in range(0, len(rows), step):
+                chunk = rows[start : start + step]
+                scores = _shared_prefix_logprobs(model, prefix, [tokens for _, tokens, _ in chunk], pad_id, temperature)
+                for (i, _, skip), row in zip(chunk, scores, strict=True):
+                    out[i] = row[skip:]
+        for i, pair in enumerate(zip(prompts, completions, strict=True)):
+            out[i] = out[first[tuple(pair[0]), tuple(pair[1])]] if pair[1] else torch.zeros(0, device=device)
     return out  # type: ignore[return-value]
 
 
-def _shared_prompt_logprobs(
+Pass = tuple[Sequence[int], list[tuple[int, list[int], int]]]
+"""A prefix computed once, and the rows that continue it: (pair index, tokens after the prefix, how many of those
+are the rest of the prompt, whose log-probs are not returned)."""
+
+
+def _passes(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], indices: list[int]) -> list[Pass]:
+    """How to score the pairs at ``indices`` with the fewest tokens: a pass per distinct prompt (a GRPO group shares
+    its prompt), or one pass after the prompts' common prefix when that is cheaper (a warm-start batch of different
+    questions whose prompts differ only near the end)."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i in indices:
+        by_prompt.setdefault(tuple(prompts[i]), []).append(i)
+    per_prompt: list[Pass] = [(p, [(i, list(completions[i]), 0) for i in members]) for p, members in by_prompt.items()]
+    if len(by_prompt) < 2:
+        return per_prompt
+    columns = enumerate(zip(*by_prompt, strict=False))  # token by token, up to the shortest prompt
+    common = next((k for k, tokens in columns if len(set(tokens)) > 1), min(map(len, by_prompt)))
+    if common == 0:
+        return per_prompt
+    completion_tokens = sum(len(completions[i]) for i in indices)
+    shared_cost = common + sum(len(prompts[i]) - common for i in indices) + completion_tokens
+    if shared_cost >= sum(map(len, by_prompt)) + completion_tokens:
+        return per_prompt
+    rows = [(i, [*prompts[i][common:], *completions[i]], len(prompts[i]) - common) for i in indices]
+    return [(prompts[indices[0]][:common], rows)]
+
+
+def _shared_prefix_logprobs(
     model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]], pad_id: int, temperature: float
 ) -> list[torch.Tensor]:
-    """The log-probs of each of ``completions`` after the one ``prompt``: a pass over the prompt with its cache
-    kept, the cache repeated once per completion, then one pass over the (right-padded) completions."""
+    """The log-probs of each of ``completions`` after the one ``prompt`` (a prompt, or a prefix that the rows
+    continue): a pass over the prompt with its cache kept, the cache repeated once per completion, then one pass
+    over the (right-padded) completions."""
     device = next(model.parameters()).device
     last, cached = _prefill(model, prompt, len(completions))
     logits = last.expand(len(completions), -1, -1)  # the prompt's last position predicts token 0

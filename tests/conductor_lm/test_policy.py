@@ -97,6 +97,34 @@ def test_completions_sharing_a_prompt_score_and_train_as_if_scored_alone(tiny: C
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(chunked, together, strict=True))
 
 
+def test_different_prompts_score_after_their_common_prefix_as_if_scored_alone(tiny: ConductorLM) -> None:
+    """A warm-start batch: questions whose prompts differ only at the end are scored after one pass over what they
+    share (the cheaper plan here), with the same log-probs and gradients as one pass per pair."""
+    from conductor.local._generate import _passes
+
+    _train(tiny, tiny.encode(PROMPTS[0]), tiny.tokenizer("abc", add_special_tokens=False)["input_ids"], steps=2)
+    system = {"role": "system", "content": "You write workflows for a pool of three workers. " * 4}
+    prompts = [tiny.encode([system, {"role": "user", "content": q}]) for q in ("Add 3 and 5.", "Spell 'cat'.", "Hi")]
+    completions = [tiny.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("a b", "model_id = [1]", "")]
+    passes = _passes(prompts, completions, [0, 1])
+    assert len(passes) == 1 and 0 < len(passes[0][0]) < min(map(len, prompts))  # one pass, after the shared part
+    groups = [i for i in range(3) for _ in range(16)]  # a GRPO batch: 16 completions a prompt, a pass per prompt
+    assert len(_passes([prompts[i] for i in groups], [completions[1]] * len(groups), list(range(len(groups))))) == 3
+
+    def gradients(scores: list[torch.Tensor]) -> list[torch.Tensor]:
+        tiny.model.zero_grad()
+        torch.stack([s.sum() for s in scores]).sum().backward()
+        return [p.grad.clone() for p in tiny.trainable_parameters()]
+
+    together = tiny.sequence_logprobs(prompts, completions, grad=True)
+    alone = [tiny.sequence_logprobs(p, c, grad=True) for p, c in zip(prompts, completions, strict=True)]
+    assert [len(t) for t in together] == [len(c) for c in completions]
+    for a, b in zip(together, alone, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(gradients(together), gradients(alone), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
 def test_top_p_logprobs_are_those_of_the_truncated_distribution(tiny: ConductorLM) -> None:
     samples = _flat(tiny.sample(PROMPTS, 2, max_new_tokens=8, top_p=0.3, seed=1))
     full = tiny.sequence_logprobs([s.prompt_ids for s in samples], [s.token_ids for s in samples])
