@@ -224,7 +224,8 @@ def _prefill(model: Any, prompt: Sequence[int], rows: int) -> tuple[torch.Tensor
     head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **_one_logit(model))
     name = _cache_name(head)
     cache = head[name]
-    cache.batch_repeat_interleave(rows)
+    if rows > 1:
+        cache.batch_repeat_interleave(rows)
     return head.logits[:, -1:], {name: cache}
 
 
@@ -315,9 +316,10 @@ def sequence_logprobs(
         raise ConductorError("a prompt has no tokens")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
+    keys = [(tuple(p), tuple(c)) for p, c in zip(prompts, completions, strict=True)]
     first: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}  # each distinct pair is scored once
-    for i, pair in enumerate(zip(prompts, completions, strict=True)):
-        first.setdefault((tuple(pair[0]), tuple(pair[1])), i)
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
     step = batch_size or max(len(prompts), 1)
     out: list[torch.Tensor | None] = [None] * len(prompts)
     device = next(model.parameters()).device
@@ -328,8 +330,8 @@ def sequence_logprobs(
                 scores = _shared_prefix_logprobs(model, prefix, [tokens for _, tokens, _ in chunk], pad_id, temperature)
                 for (i, _, skip), row in zip(chunk, scores, strict=True):
                     out[i] = row[skip:]
-        for i, pair in enumerate(zip(prompts, completions, strict=True)):
-            out[i] = out[first[tuple(pair[0]), tuple(pair[1])]] if pair[1] else torch.zeros(0, device=device)
+        for i, key in enumerate(keys):
+            out[i] = out[first[key]] if completions[i] else torch.zeros(0, device=device)
     return out  # type: ignore[return-value]
 
 
@@ -352,9 +354,8 @@ def _passes(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int
     common = next((k for k, tokens in columns if len(set(tokens)) > 1), min(map(len, by_prompt)))
     if common == 0:
         return per_prompt
-    completion_tokens = sum(len(completions[i]) for i in indices)
-    shared_cost = common + sum(len(prompts[i]) - common for i in indices) + completion_tokens
-    if shared_cost >= sum(map(len, by_prompt)) + completion_tokens:
+    # the completions cost the same either way: compare the prompt tokens each plan runs
+    if common + sum(len(prompts[i]) - common for i in indices) >= sum(map(len, by_prompt)):
         return per_prompt
     rows = [(i, [*prompts[i][common:], *completions[i]], len(prompts[i]) - common) for i in indices]
     return [(prompts[indices[0]][:common], rows)]

@@ -18,6 +18,13 @@ def _flat(samples: list[list[Sample]]) -> list[Sample]:
     return [s for row in samples for s in row]
 
 
+def _gradients(policy: ConductorLM, scores: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The trainable weights' gradients of the summed ``scores``."""
+    policy.model.zero_grad()
+    torch.stack([s.sum() for s in scores]).sum().backward()
+    return [p.grad.clone() for p in policy.trainable_parameters()]
+
+
 # --- sampling ----------------------------------------------------------------------------------------------------
 
 
@@ -80,18 +87,13 @@ def test_completions_sharing_a_prompt_score_and_train_as_if_scored_alone(tiny: C
     texts = ["a", "model_id = [1]", "x y", "", "model_id = [1]"]
     completions = [tiny.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
-    def gradients(scores: list[torch.Tensor]) -> list[torch.Tensor]:
-        tiny.model.zero_grad()
-        torch.stack([s.sum() for s in scores]).sum().backward()
-        return [p.grad.clone() for p in tiny.trainable_parameters()]
-
     together = tiny.sequence_logprobs([prompt] * len(texts), completions, grad=True)
     alone = [tiny.sequence_logprobs(prompt, c, grad=True) for c in completions]
     assert [len(t) for t in together] == [len(c) for c in completions]
     assert together[4] is together[1]
     for a, b in zip(together, alone, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
-    for a, b in zip(gradients(together), gradients(alone), strict=True):
+    for a, b in zip(_gradients(tiny, together), _gradients(tiny, alone), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
     chunked = tiny.sequence_logprobs([prompt] * len(texts), completions, batch_size=2)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(chunked, together, strict=True))
@@ -111,17 +113,12 @@ def test_different_prompts_score_after_their_common_prefix_as_if_scored_alone(ti
     groups = [i for i in range(3) for _ in range(16)]  # a GRPO batch: 16 completions a prompt, a pass per prompt
     assert len(_passes([prompts[i] for i in groups], [completions[1]] * len(groups), list(range(len(groups))))) == 3
 
-    def gradients(scores: list[torch.Tensor]) -> list[torch.Tensor]:
-        tiny.model.zero_grad()
-        torch.stack([s.sum() for s in scores]).sum().backward()
-        return [p.grad.clone() for p in tiny.trainable_parameters()]
-
     together = tiny.sequence_logprobs(prompts, completions, grad=True)
     alone = [tiny.sequence_logprobs(p, c, grad=True) for p, c in zip(prompts, completions, strict=True)]
     assert [len(t) for t in together] == [len(c) for c in completions]
     for a, b in zip(together, alone, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
-    for a, b in zip(gradients(together), gradients(alone), strict=True):
+    for a, b in zip(_gradients(tiny, together), _gradients(tiny, alone), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
 
 
