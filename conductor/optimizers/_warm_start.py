@@ -312,16 +312,33 @@ class TemplateStep(pydantic.BaseModel):
     access: Literal["all"] | tuple[pydantic.NonNegativeInt, ...] = "all"
 
 
-def check_templates(pool: WorkerPool, templates: Mapping[str, Sequence[TemplateStep]]) -> None:
+Template = Sequence[TemplateStep]
+"""A workflow template: its steps."""
+
+
+def template_choices(value: Template | Sequence[Template]) -> tuple[tuple[TemplateStep, ...], ...]:
+    """A label's templates in order of preference, from one template (a list of steps) or a list of them."""
+    return tuple(tuple(TemplateStep.model_validate(step) for step in steps) for steps in _preference_list(value))
+
+
+def _preference_list(value: Any) -> list[Any]:
+    """``value`` as a list of templates: a list of steps (mappings or ``TemplateStep``) is one template."""
+    items = list(value)
+    return items if items and isinstance(items[0], Sequence) and not isinstance(items[0], str) else [items]
+
+
+def check_templates(pool: WorkerPool, templates: Mapping[str, Template | Sequence[Template]]) -> None:
     """Raise one ``ConfigError`` listing every template step on a worker ``pool`` lacks and every empty template."""
     names = pool.names
+    choices = {key: template_choices(value) for key, value in templates.items()}
     problems = [
         f"template {key!r}: no worker named {step.worker!r} (the pool has {', '.join(names)})"
-        for key, steps in templates.items()
+        for key, alternatives in choices.items()
+        for steps in alternatives
         for step in steps
         if step.worker not in names
     ]
-    problems += [f"template {key!r} has no steps" for key, steps in templates.items() if not steps]
+    problems += [f"template {key!r} has no steps" for key, alternatives in choices.items() if not all(alternatives)]
     if problems:
         raise ConfigError("unusable workflow templates:\n" + "\n".join(f"  {p}" for p in problems))
 
@@ -329,7 +346,7 @@ def check_templates(pool: WorkerPool, templates: Mapping[str, Sequence[TemplateS
 def templated_workflows(
     pool: WorkerPool,
     examples: Sequence[dspy.Example],
-    templates: Mapping[str, Sequence[TemplateStep]],
+    templates: Mapping[str, Template | Sequence[Template]],
     *,
     label: str,
     pools_per_question: int = 4,
@@ -338,28 +355,40 @@ def templated_workflows(
 ) -> list[TrainingExample]:
     """Warm-start examples from known-good workflow templates (say, the best fixed pipeline of each task family in
     an oracle table), over random pools so that the conductor learns workers by name, not by place: for every
-    example whose ``label`` field has a template, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each
-    pool a random subset and order of ``pool`` that holds the template's workers (at least ``min_pool_size``
-    workers), each workflow the template on those workers' places in it. Examples without a template are left out;
-    unusable templates are a ``ConfigError`` (``check_templates``)."""
+    example whose ``label`` field has templates, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each
+    pool a random subset (at least ``min_pool_size`` workers) and order of ``pool``, each workflow the first of the
+    label's templates (in order of preference) whose workers that pool holds, on their places in it. A label with
+    several templates so teaches what to do when a pool lacks the first one's workers; a subset no template fits is
+    drawn again. Examples without a template are left out; unusable templates are a ``ConfigError``
+    (``check_templates``)."""
     check_templates(pool, templates)
+    choices = {key: template_choices(value) for key, value in templates.items()}
     names = pool.names
     rng = random.Random(seed)
     out: list[TrainingExample] = []
     for example in examples:
-        steps = templates.get(str(example.get(label)))
-        if steps is None:
+        alternatives = choices.get(str(example.get(label)))
+        if alternatives is None:
             continue
-        needed = list(dict.fromkeys(names.index(step.worker) for step in steps))
-        others = [i for i in range(len(names)) if i not in needed]
         for _ in range(pools_per_question):
-            size = rng.randint(min(len(names), max(min_pool_size, len(needed))), len(names))
-            chosen = needed + rng.sample(others, size - len(needed))
-            rng.shuffle(chosen)
+            chosen, steps = _pool_and_template(rng, names, alternatives, min_pool_size)
             place = {names[i]: position for position, i in enumerate(chosen)}
             workflow = Workflow(tuple(Step(place[s.worker], s.subtask, s.access) for s in steps))
             out.append((dict(example.inputs()), workflow, pool.subset(chosen)))
     return out
+
+
+def _pool_and_template(
+    rng: random.Random, names: Sequence[str], alternatives: Sequence[tuple[TemplateStep, ...]], min_pool_size: int
+) -> tuple[list[int], tuple[TemplateStep, ...]]:
+    """A random subset and order of the pool's worker indices and the first template it holds the workers of. The
+    whole pool holds every template's workers (``check_templates``), so the draw ends."""
+    while True:
+        chosen = rng.sample(range(len(names)), rng.randint(min(len(names), min_pool_size), len(names)))
+        present = {names[i] for i in chosen}
+        for steps in alternatives:
+            if {step.worker for step in steps} <= present:
+                return chosen, steps
 
 
 class TemplateWarmStartConfig(pydantic.BaseModel):
@@ -367,14 +396,22 @@ class TemplateWarmStartConfig(pydantic.BaseModel):
     fine-tune's settings."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    templates: dict[str, tuple[TemplateStep, ...]] = pydantic.Field(
-        description="per label value (e.g. a task family), the workflow its questions are taught"
+    templates: dict[str, tuple[tuple[TemplateStep, ...], ...]] = pydantic.Field(
+        description="per label value (e.g. a task family), the workflow its questions are taught (a list of steps), "
+        "or several in order of preference: a pool without the first one's workers gets the next that fits"
     )
     label: str = pydantic.Field("family", description="the example field whose value picks the template")
     pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (and so examples) per question")
     min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
     seed: int = 0
     training: WarmStartConfig = WarmStartConfig(steps=40)
+
+    @pydantic.field_validator("templates", mode="before")
+    @classmethod
+    def _preference_lists(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {key: _preference_list(templates) for key, templates in value.items()}
 
 
 def from_predictions(

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 import dspy  # noqa: E402
+import pydantic  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, Sample  # noqa: E402
@@ -16,6 +17,7 @@ from conductor.modules import Conductor, RunError, Step, StepTrace, WorkerPool, 
 from conductor.modules._prompts import workflow_fields  # noqa: E402
 from conductor.optimizers._warm_start import (  # noqa: E402
     TemplateStep,
+    TemplateWarmStartConfig,
     WarmStartConfig,
     completion_nll,
     from_predictions,
@@ -252,6 +254,42 @@ def test_templates_become_workflows_on_their_workers_places_in_random_pools() ->
         conductor.pool, families(), TEMPLATES, label="family", pools_per_question=5, min_pool_size=2, seed=1
     )
     assert [(w, p.names) for _, w, p in again] == [(w, p.names) for _, w, p in examples]
+
+
+def test_a_pool_without_the_first_templates_workers_is_taught_the_next_that_fits() -> None:
+    conductor = program(workers=4)
+    preferred = (TemplateStep(worker="w0", subtask="Answer", access=()),)
+    fallback = (TemplateStep(worker="w1", subtask="Answer yes or no.", access=()),)
+    templates = {"lookup": [preferred, fallback]}
+    examples = templated_workflows(
+        conductor.pool, families(), templates, label="family", pools_per_question=40, min_pool_size=1, seed=2
+    )
+    assert len(examples) == 3 * 40
+    taught = {"preferred": 0, "fallback": 0}
+    for _, workflow, pool in examples:
+        if "w0" in pool.names:
+            assert workflow.shape(pool.names) == (("w0", ()),)
+            taught["preferred"] += 1
+        else:  # the first template can't run here: the next one whose workers the pool holds
+            assert "w1" in pool.names and workflow.shape(pool.names) == (("w1", ()),)
+            assert workflow.steps[0].subtask == "Answer yes or no."
+            taught["fallback"] += 1
+    assert min(taught.values()) > 10  # both are taught; pools that fit neither were drawn again
+    # one template is the same as a list holding it
+    single = templated_workflows(conductor.pool, families(), {"lookup": preferred}, label="family", seed=2)
+    listed = templated_workflows(conductor.pool, families(), {"lookup": [preferred]}, label="family", seed=2)
+    assert [(w, p.names) for _, w, p in single] == [(w, p.names) for _, w, p in listed]
+
+
+def test_the_template_config_takes_one_template_or_a_preference_list() -> None:
+    step = {"worker": "w0", "subtask": "Answer", "access": []}
+    config = TemplateWarmStartConfig(templates={"one": [step], "two": [[step], [{**step, "worker": "w1"}]]})
+    assert [len(config.templates[key]) for key in ("one", "two")] == [1, 2]
+    assert config.templates["two"][1][0].worker == "w1"
+    with pytest.raises(pydantic.ValidationError, match="subtask"):
+        TemplateWarmStartConfig(templates={"two": [[step], [{"worker": "w1"}]]})
+    with pytest.raises(ConfigError, match="template 'two' has no steps"):
+        templated_workflows(program().pool, families(), {"two": [[step], []]}, label="family")
 
 
 def test_a_template_naming_an_unknown_worker_is_a_clear_error() -> None:
