@@ -17,13 +17,14 @@ import dspy  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM  # noqa: E402
 from conductor.errors import ConductorError, ConfigError  # noqa: E402
-from conductor.modules import WorkerPool  # noqa: E402
+from conductor.modules import Conductor, WorkerPool  # noqa: E402
 from conductor.optimizers.grpo import GRPOTrainer, checkpoints, random_pool  # noqa: E402
 from conductor.testing import ScriptedWorker  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     BROKEN,
     RIGHT,
     WRONG,
+    Choice,
     _one_torch_thread,
     choice,
     config,
@@ -142,6 +143,29 @@ def test_randomised_pools_show_ids_0_to_k_minus_1_and_run_the_real_workers(tmp_p
         if rollout.sample.text.startswith(("A", "B")):  # a usable workflow for worker 0 or 1 of the subset
             assert rollout.answer == rollout.workers[0 if rollout.sample.text.startswith("A") else 1]
     assert len(pools) > 1  # examples drew different subsets
+
+
+def test_a_conductor_that_names_workers_samples_each_random_pool_under_its_own_names(tmp_path: Path) -> None:
+    # Two pools of one size name different workers: a grammar made for one would let the other write a worker it
+    # lacks (as the names-trained compile's GRPO did, before processors were keyed by the names a pool holds).
+    workers = WorkerPool([ScriptedWorker(name, lambda _, name=name: name) for name in ("w0", "w1", "w2")])
+    conductor = program(workers)
+    conductor.worker_ids = "names"
+    policy, made = tiny(), []
+
+    def first_name_only(pool_program: Conductor, depth: int) -> Choice:
+        made.append(frozenset(pool_program.pool.names))
+        first = sorted(pool_program.pool.names)[0]
+        return Choice(policy, [f'model_id = ["{first}"]\nsubtasks = ["Go."]\naccess_list = [[]]'])
+
+    settings = config(tmp_path, randomise_pool=True, min_pool_size=2, max_pool_size=2, steps=1)
+    run = GRPOTrainer(settings, policy, conductor, trainset(), exact, logits_processor=first_name_only)
+    run.setup()
+    rollouts = [r for step in range(1, 7) for r in run.rollouts.collect(run.step_examples(step), step).rollouts]
+    assert len({frozenset(r.workers) for r in rollouts}) > 1
+    for rollout in rollouts:
+        assert rollout.error is None and rollout.answer == sorted(rollout.workers)[0]
+    assert len(made) == len(set(made))  # one processor per set of names, whatever its order
 
 
 # ---- bad input ----------------------------------------------------------------------------------------------------

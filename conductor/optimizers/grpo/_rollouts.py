@@ -41,7 +41,15 @@ logger = logging.getLogger(__name__)
 
 ProcessorFactory = Callable[[Conductor, int], LogitsProcessorLike]
 """Makes the logits processor for the prompts of round ``depth`` (0: the first) over one pool (e.g. the workflow
-grammar of that round, ``constraint_factory``). Called once per pool size and round; the processor is reused."""
+grammar of that round, ``constraint_factory``). Called once per grammar (``grammar_key``) and round; the processor
+is reused."""
+
+
+def grammar_key(conductor: Conductor) -> tuple[int | str, ...]:
+    """What the workflow grammar over ``conductor``'s pool depends on: the pool's size, and, when workflows name
+    workers (``worker_ids: names``), which workers it holds (not their order: the grammar lists names sorted)."""
+    names = sorted(conductor.pool.names) if conductor.worker_ids == "names" else []
+    return (len(conductor.pool), *names)
 
 
 def derive_seed(*keys: int | str) -> int:
@@ -146,7 +154,7 @@ class RolloutCollector:
         self.metric = metric
         self.config = config
         self.logits_processor = logits_processor
-        self._processors: dict[tuple[int, int], LogitsProcessorLike] = {}
+        self._processors: dict[tuple[int | str, ...], LogitsProcessorLike] = {}
         self._processors_lock = threading.Lock()
 
     def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int) -> RolloutBatch:
@@ -197,11 +205,11 @@ class RolloutCollector:
         return conductor
 
     def _sample(self, jobs: list[tuple[Conductor, list[dict[str, str]]]], step: int, shard: int) -> list[list[Sample]]:
-        """G samples per prompt, in one batch per pool size (one batch in all without a logits processor). Shard 0
-        keeps the seeds of a run in one shard (before shards existed), so those runs reproduce."""
-        by_key: dict[int, list[int]] = {}
+        """G samples per prompt, in one batch per grammar (``grammar_key``; one batch in all without a logits
+        processor). Shard 0 keeps the seeds of a run in one shard (before shards existed), so those runs reproduce."""
+        by_key: dict[tuple[int | str, ...], list[int]] = {}
         for i, (conductor, _) in enumerate(jobs):
-            by_key.setdefault(len(conductor.pool) if self.logits_processor else 0, []).append(i)
+            by_key.setdefault(grammar_key(conductor) if self.logits_processor else (0,), []).append(i)
         out: list[list[Sample]] = [[] for _ in jobs]
         for key, members in by_key.items():
             processor = self._processor(jobs[members[0]][0], 0)
@@ -211,7 +219,7 @@ class RolloutCollector:
                 max_new_tokens=self.config.max_new_tokens,
                 temperature=self.config.temperature,
                 top_p=self.config.top_p,
-                seed=derive_seed(self.config.seed, "sample", step, key, *([shard] if shard else [])),
+                seed=derive_seed(self.config.seed, "sample", step, *key, *([shard] if shard else [])),
                 logits_processor=processor,
             )
             for i, row in zip(members, rows, strict=True):
@@ -223,7 +231,7 @@ class RolloutCollector:
         if self.logits_processor is None:
             return None
         with self._processors_lock:
-            key = (len(conductor.pool), depth)
+            key = (*grammar_key(conductor), depth)
             if key not in self._processors:
                 self._processors[key] = self.logits_processor(conductor, depth)
             return self._processors[key]

@@ -16,7 +16,7 @@ Why not TRL's ``GRPOTrainer`` (the design's first choice; TRL 1.16 and transform
   (``get_last_checkpoint``), so a run killed during a save resumes from a half-written checkpoint. Our requirement
   (killed at any moment, lose at most the step in progress) means overriding that method.
 - Everything else would be overridden too: our prompts (rendered by the ``Conductor``), per-example random pools,
-  per-step seeds and the workflow grammar per pool size need TRL's ``rollout_func``, which 1.16 marks experimental
+  per-step seeds and the workflow grammar per pool need TRL's ``rollout_func``, which 1.16 marks experimental
   ("may change or be removed at any time"); the reward is ours (``score``), and the loss is to be the small function
   in ``_loss.py``. What TRL would still contribute is the Hugging Face ``Trainer`` loop, bought with its private
   methods as our extension points.
