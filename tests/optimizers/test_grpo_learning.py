@@ -35,8 +35,8 @@ The recipe passes with this random stream, not with every one: sampled with thre
 through GRPO's rollouts, December 2026), it failed each time, once with training rewards at 1.0 and "add" at 0.03 on
 unseen questions (experiments/results/orchestration/expert_random_pools/FINDINGS.md).
 
-It is the suite's longest test (25 minutes on one torch thread, 15 of them beside the rest of the suite): marked
-``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
+It is the suite's longest test (16 minutes on one torch thread, beside the rest of the suite and a training run):
+marked ``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
 """
 
 from __future__ import annotations
