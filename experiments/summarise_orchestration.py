@@ -35,8 +35,9 @@ SINGLES = ("smollm2", "gemma")
 PIPELINES = ("gemma -> check", "smollm2 -> check")
 TRAINED = "trained conductor"
 UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus python")
-DIRECT = ("trained router", "untrained conductor", "mixture-of-agents", "trained conductor, max_depth 1")
-BASELINES = (*SINGLES, *PIPELINES, "trained router", "untrained conductor", "mixture-of-agents")
+OTHER_BASELINES = ("trained router", "untrained conductor", "mixture-of-agents")
+DIRECT = (*OTHER_BASELINES, "trained conductor, max_depth 1")
+BASELINES = (*SINGLES, *PIPELINES, *OTHER_BASELINES)
 TRAINING_RUNS = ("orchestration_expert_pilot.yaml", "orchestration_fallback_train.yaml")
 
 
