@@ -464,8 +464,9 @@ def _kept_pairs(
 # ---- expert iteration: the policy's own successes ------------------------------------------------------------------
 class ExpertIterationConfig(pydantic.BaseModel):
     """Hyper-parameters of ``expert_iteration``. The defaults are those of the 3-family learning test
-    (``tests/optimizers/test_grpo_learning.py``, with ``balance_by="family"``), where they took SmolLM2 from sampling
-    one family's right workflow 2 times in 100 to a start GRPO could finish from."""
+    (``tests/optimizers/test_grpo_learning.py``, with ``balance_by="family"``, and ``samples=16`` over its 8 questions
+    a family), where they took SmolLM2 from sampling one family's right workflow 2 times in 100 to a start GRPO could
+    finish from."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
     samples: int = pydantic.Field(32, ge=1, description="workflows sampled per training question")
@@ -475,7 +476,9 @@ class ExpertIterationConfig(pydantic.BaseModel):
         "cycled when fewer were kept; None trains on every kept workflow once, which lets the label that scores "
         "most often dominate (in the learning test, 90 of 103 kept workflows were one family's)",
     )
-    per_label: int = pydantic.Field(8, ge=1, description="kept workflows trained on per label, with `balance_by`")
+    per_label: int = pydantic.Field(
+        8, ge=1, description="kept workflows trained on per label, with `balance_by`, taken from its questions in turn"
+    )
     min_reward: float = pydantic.Field(1.0, description="the reward a workflow must earn to be kept")
     keep: Literal["earned", "above_base_rate"] = pydantic.Field(
         "earned",
@@ -516,7 +519,7 @@ def expert_iteration(
     """Sample ``samples`` workflows per training question from ``policy`` (under ``logits_processor``, e.g. the
     workflow grammar), run each over ``program``'s pool, keep the ones that earned ``min_reward`` (all of them, or with
     ``keep="above_base_rate"`` only shapes that beat their label's base rate) and ``warm_start`` the policy on them,
-    the same number per label.
+    the same number per label, spread over its questions.
 
     For pools where the right workflow is rare at first: GRPO learns only from groups that hold both a better and a
     worse workflow, so a family whose right workflow the policy samples a few times in a hundred teaches it nothing,
@@ -569,9 +572,26 @@ def expert_iteration(
     if config.balance_by is None:
         pairs = kept["all"]
     else:
-        pairs = [pair for found in kept.values() for pair in itertools.islice(itertools.cycle(found), config.per_label)]
+        rng = random.Random(config.seed)
+        pairs = [pair for found in kept.values() for pair in _spread_over_questions(found, config.per_label, rng)]
     report = warm_start(policy, program, pairs, config.warm_start) if pairs else None
     return ExpertIterationReport(right, {label: len(found) for label, found in kept.items()}, report)
+
+
+def _spread_over_questions(
+    pairs: Sequence[tuple[dict[str, Any], Workflow]], n: int, rng: random.Random
+) -> list[tuple[dict[str, Any], Workflow]]:
+    """``n`` of ``pairs``, one question's at a time in turn (each question's in a random order), cycled when fewer.
+
+    A question the policy already answers keeps many distinct workflows (their subtasks differ): taken in order,
+    a label's share went to its first question alone, and the warm start taught one question's wording."""
+    by_question: dict[str, list[tuple[dict[str, Any], Workflow]]] = {}
+    for pair in pairs:
+        by_question.setdefault(repr(sorted(pair[0].items())), []).append(pair)
+    for found in by_question.values():
+        rng.shuffle(found)
+    in_turn = [pair for turn in itertools.zip_longest(*by_question.values()) for pair in turn if pair is not None]
+    return list(itertools.islice(itertools.cycle(in_turn), n))
 
 
 Shape = tuple[tuple[str, Any], ...]

@@ -4,6 +4,7 @@ on them; labels that never scored are named and left out, and nothing scored mea
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -14,7 +15,7 @@ import dspy  # noqa: E402
 
 from conductor.errors import ConductorError  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, WarmStartConfig, expert_iteration  # noqa: E402
-from conductor.optimizers._warm_start import completion_nll, training_pairs  # noqa: E402
+from conductor.optimizers._warm_start import _spread_over_questions, completion_nll, training_pairs  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     BROKEN,
     RIGHT,
@@ -142,3 +143,13 @@ def test_above_base_rate_keeps_a_workflow_that_beats_its_family_and_drops_chance
     assert above.right == earned.right  # the same samples, only the keep rule differs
     assert above.kept == {"x": 2, "coin": 0}
     assert above.warm_start is not None and above.warm_start.examples == 2
+
+
+def test_a_labels_share_is_spread_over_its_questions_not_its_first_questions_many_workflows() -> None:
+    many = [({"question": "first"}, f"workflow {i}") for i in range(10)]
+    few = [({"question": "second"}, "workflow a"), ({"question": "third"}, "workflow b")]
+    chosen = _spread_over_questions([*many, *few], 4, random.Random(0))
+    assert [q["question"] for q, _ in chosen] == ["first", "second", "third", "first"]
+    assert len({w for _, w in chosen}) == 4  # two different workflows of the first question
+    # fewer kept than the share: cycled, every one of them used
+    assert _spread_over_questions(few, 3, random.Random(0)) == [few[0], few[1], few[0]]
