@@ -12,35 +12,43 @@ right only by its own workflow:
 Workflows have at most two steps and one-byte subtasks under the workflow grammar, so a completion is about 30 tokens
 whose choices are the step count, the workers and the access lists.
 
-Training sees nothing but the metric's reward (the exact answer) on 4 questions a family:
+Training sees nothing but the metric's reward (the exact answer) on 8 questions a family:
 
-1. expert iteration (``expert_iteration``): the untrained conductor samples 32 workflows per question, those that
-   scored are kept, the same number per family, and the conductor is fine-tuned on them (``warm_start``);
+1. expert iteration (``expert_iteration``): the untrained conductor samples 16 workflows per question, those that
+   scored are kept, the same number per family taken from its questions in turn, and the conductor is fine-tuned on
+   them (``warm_start``);
 2. GRPO with 16 workflows per group, one question of each family per step.
 
 The measure is the share of sampled workflows (temperature 1, under the grammar) that answer right, per family, on
-questions training never shows: at least 0.8 for *every* family, not on average. Before training the share is below
-the bar for some family (checked, so the test can fail; read from the samples expert iteration starts from).
+4 questions a family that training never shows, inside the range its questions cover (every third index from the
+second): at least 0.8 for *every* family, not on average. Before training the share is below the bar for some
+family (checked, so the test can fail; read from the samples expert iteration starts from).
 
-Why this recipe (measured on the 2-core machine, December 2026): GRPO alone, from the untrained conductor or after
-a warm start on random workflows, learned two families and never the third: its right workflow was sampled about 3
-times in 100, so its groups all scored 0 and carried no gradient (rewards stuck at 0.67). Expert iteration on the
-samples that scored, unbalanced, taught mostly the family that scored most often ("add": 90 of 103 kept workflows).
-Balanced per family (8 each), 40 warm-start steps brought every family to 0.28-0.5 right, still with little
-difference between families; 8 GRPO steps then took them to 0.69 / 0.53 / 0.91 (spell / add / shout), each family
-now on its own workflow, so the test runs 20 (12 at a constant rate left "spell" at 0.72; 16 with this cosine
-schedule passed with "add" at 0.81, one sample above the bar, where 20 give 0.875).
+Why this recipe (measured on the 2-core machine, December 2026, most of it on the earlier version below): GRPO alone,
+from the untrained conductor or after a warm start on random workflows, learned two families and never the third: its
+right workflow was sampled about 3 times in 100, so its groups all scored 0 and carried no gradient (rewards stuck at
+0.67). Expert iteration on the samples that scored, unbalanced, taught mostly the family that scored most often ("add":
+90 of 103 kept workflows). Balanced per family (8 each), 40 warm-start steps brought every family to 0.28-0.5 right,
+still with little difference between families; 8 GRPO steps then took them to 0.69 / 0.53 / 0.91 (spell / add / shout),
+each family now on its own workflow, so the test runs 20 (12 at a constant rate left "spell" at 0.72; 16 with this
+cosine schedule passed with "add" at 0.81, one sample above the bar, where 20 give 0.875).
 
-The recipe passes with this random stream, not with every one: sampled with three other streams (expert iteration
-through GRPO's rollouts, December 2026), it failed each time, once with training rewards at 1.0 and "add" at 0.03 on
-unseen questions (experiments/results/orchestration/expert_random_pools/FINDINGS.md).
+An earlier version (4 questions a family, 32 samples each, the unseen ones the 4 largest indices) passed with its own
+random stream only: with seeds 1 and 2 "add" ended at 0.69 and 0.50 on unseen questions, training rewards at up to 0.98.
+Two causes, both mended: a family's 8 warm-start workflows were its first kept ones, all of one question (now taken from
+its questions in turn), and the unseen "add" questions had larger numbers than any training one, and for those the
+conductor wrote the "shout" workflow (now 8 training questions a family, the unseen ones among them). With
+``LEARNING_TEST_SEED`` 1, 2 and 3 this recipe ended at 0.97 / 0.78 / 0.88, 1.00 / 1.00 / 0.97 and 0.91 / 0.84 / 1.00
+(spell / add / shout; seed 0, the test's, passes): three streams of four pass, the fourth one sample short on "add", its
+training rewards still rising (0.88 at the last step).
 
-It is the suite's longest test (16 minutes on one torch thread, beside the rest of the suite and a training run):
+It is the suite's longest test (12 min 33 s on one torch thread, beside the rest of the suite and a training probe):
 marked ``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -68,11 +76,13 @@ FAMILIES = {
     "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", lambda i: str(3 * i + 8)),
     "shout": (lambda i: f"Shout '{WORDS[i]}' backwards, in capitals.", lambda i: WORDS[i][::-1].upper()),
 }
-TRAINED_ON = range(4)
-UNSEEN = range(8, 12)
+UNSEEN = range(1, 12, 3)
+TRAINED_ON = [i for i in range(12) if i not in UNSEEN]
 SAMPLES = 8
 """Workflows sampled per unseen question for each estimate (32 a family)."""
 BAR = 0.8
+SEED = int(os.environ.get("LEARNING_TEST_SEED", "0"))
+"""The random stream of expert iteration and GRPO (the estimate's is fixed): the recipe is checked on several."""
 
 
 def task(prompt: str) -> str:
@@ -146,7 +156,7 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
         return out
 
     trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
-    config = ExpertIterationConfig(balance_by="family", max_new_tokens=form.max_tokens())  # 32 samples, 8 kept
+    config = ExpertIterationConfig(samples=16, balance_by="family", max_new_tokens=form.max_tokens(), seed=SEED)
     report = expert_iteration(policy, program, trainset, right, config, logits_processor=sampler)
     before = report.right
     assert min(before.values()) < BAR, f"the untrained conductor already answers every family: {before}"
@@ -167,6 +177,7 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
         checkpoint_every=steps,
         reward=RewardConfig(wrong=0.0),
         progress=False,
+        seed=SEED,
     )
     history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=constraint).run()
 
