@@ -440,6 +440,11 @@ def _earned(prediction: dspy.Prediction, result: Reward, min_reward: float) -> b
     return result.format_ok and result.value >= min_reward and prediction.workflow is not None
 
 
+def _question_key(inputs: Mapping[str, Any]) -> str:
+    """One question's inputs as a hashable key (their values may be lists or dicts)."""
+    return repr(sorted(inputs.items()))
+
+
 def _kept_pairs(
     examples: Sequence[dspy.Example], predictions: Sequence[dspy.Prediction], earned: Sequence[bool]
 ) -> list[tuple[dict[str, Any], Workflow]]:
@@ -453,7 +458,7 @@ def _kept_pairs(
             inputs = dict(example.inputs())
         except ValueError as exc:
             raise ConductorError(f"example {i} has no input fields: build it with .with_inputs(...)") from exc
-        key = (repr(sorted(inputs.items())), prediction.workflow)
+        key = (_question_key(inputs), prediction.workflow)
         if key not in seen:
             seen.add(key)
             pairs.append((inputs, prediction.workflow))
@@ -587,7 +592,7 @@ def _spread_over_questions(
     a label's share went to its first question alone, and the warm start taught one question's wording."""
     by_question: dict[str, list[tuple[dict[str, Any], Workflow]]] = {}
     for pair in pairs:
-        by_question.setdefault(repr(sorted(pair[0].items())), []).append(pair)
+        by_question.setdefault(_question_key(pair[0]), []).append(pair)
     for found in by_question.values():
         rng.shuffle(found)
     in_turn = [pair for turn in itertools.zip_longest(*by_question.values()) for pair in turn if pair is not None]
