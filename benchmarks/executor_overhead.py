@@ -14,9 +14,8 @@ import argparse
 import statistics
 import time
 
-from conductor.modules import Executor, Step, WorkerPool, Workflow
-from conductor.modules._calculator import CalculatorWorker
-from conductor.modules._prompts import WorkerPromptAdapter
+from conductor.modules import Executor, Step, WorkerPool, WorkerPromptAdapter, Workflow
+from conductor.modules.tools import CalculatorWorker
 from conductor.testing import ScriptedWorker
 
 

@@ -13,6 +13,8 @@ control characters, and whose index lists increase::
     roles = ["plan", "solve"]          # only when roles are given
 
 then end-of-sequence. Equal list lengths are enforced by one alternative per length (``root ::= wf1 | wf2 | ...``).
+The field names and the access keyword ``"all"`` are the workflow language's own (``conductor.modules.workflow``), so
+the grammar and ``to_text`` spell them alike.
 
 For a recursive conductor (``Conductor.max_depth > 0``) each round has its grammar (``round_format``): while a round is
 left, the last of two or more steps may name the conductor itself (worker ``n_workers``, ``conductor_step``); in a
@@ -44,6 +46,15 @@ from transformers import LogitsProcessor
 from conductor.errors import ConfigError, MissingDependency
 from conductor.local import trainable_policy
 from conductor.modules import SELF_NAME, Step, Workflow
+from conductor.modules.workflow import (
+    ACCESS_ALL,
+    ACCESS_LIST_FIELD,
+    MODEL_ID_FIELD,
+    REASONING_FIELD,
+    ROLES_FIELD,
+    SUBTASKS_FIELD,
+    Access,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,16 +156,16 @@ class WorkflowFormat:
         lengths = range(0 if self.allow_empty else 1, self.max_steps + 1)
         rules = ["root ::= " + " | ".join(f"wf{n}" for n in lengths)]
         for n in lengths:
-            parts = ['"reasoning = " reasoning "\\n"'] if self.reasoning else []
+            parts = [f'{json.dumps(f"{REASONING_FIELD} = ")} reasoning "\\n"'] if self.reasoning else []
             workers = ["worker"] * n
             if self.conductor_step and n > 1:
                 workers[-1] = "last_worker"
-            parts.append(_list("model_id", workers, first=True))
-            parts.append(_list("subtasks", ["subtask"] * n))
+            parts.append(_list(MODEL_ID_FIELD, workers, first=True))
+            parts.append(_list(SUBTASKS_FIELD, ["subtask"] * n))
             access = ["access"] * n if self.access == "binary" else [f"access{i}" for i in range(n)]
-            parts.append(_list("access_list", access))
+            parts.append(_list(ACCESS_LIST_FIELD, access))
             if self.roles is not None and n:
-                parts.append(_list("roles", ["role"] * n))
+                parts.append(_list(ROLES_FIELD, ["role"] * n))
             rules.append(f"wf{n} ::= " + " ".join(parts))
         # Sorted: the text a worker is written as doesn't depend on its place, so each order of a pool (GRPO's random
         # pools) shares one grammar, compiled once.
@@ -195,8 +206,8 @@ class WorkflowFormat:
         role = max(self.roles, key=lambda r: len(json.dumps(r, ensure_ascii=False).encode())) if self.roles else None
         steps = []
         for i in range(self.max_steps):
-            access: Literal["all"] | tuple[int, ...] = "all"
-            if self.access == "indices" and len(json.dumps(list(range(i)))) > len('"all"'):
+            access: Access = ACCESS_ALL
+            if self.access == "indices" and len(json.dumps(list(range(i)))) > len(json.dumps(ACCESS_ALL)):
                 access = tuple(range(i))
             steps.append(Step(self._longest_worker(range(self.n_workers)), "x" * self.max_subtask_bytes, access, role))
         if self.conductor_step and self.max_steps > 1:  # the last step may be the conductor's
@@ -231,7 +242,7 @@ def _list(name: str, items: list[str], *, first: bool = False) -> str:
 def _access_rules(max_steps: int | None) -> list[str]:
     """``access`` (binary mode, ``max_steps`` None) or ``access{i}`` per step: also increasing lists of indices
     below ``i``, where ``after{i}_{j}`` continues a list whose last index is ``j``."""
-    both = '"\\"all\\"" | "[]"'
+    both = f'{json.dumps(json.dumps(ACCESS_ALL))} | "[]"'
     if max_steps is None:
         return [f"access ::= {both}"]
     rules = []

@@ -1,4 +1,14 @@
-"""Workflows, workers and pools, the executor and the Conductor module."""
+"""Workflows, workers and pools, the executor and the Conductor module, each idea in its own room:
+
+- ``workflow``: the workflow language (``Workflow``, its text format's vocabulary) and the prompts made of it;
+- ``workers``: the ``Worker`` contract, the LM worker and plain wrappers (tools, DSPy modules, replay);
+- ``tools``: the built-in tool workers (calculator, sandboxed Python, vote, check);
+- ``pool``: ``WorkerPool`` and failover;
+- ``run``: a run's value types (``Budget``, ``RunResult``, ...), the ``Executor`` and tracing;
+- ``programs``: ``PoolProgram``, the ``Conductor`` and its config; ``baselines``: the fixed-workflow methods.
+
+Rooms import only the rooms listed before them (baselines last); answer extraction (``_answer.py``) sits below all.
+"""
 
 from conductor.modules._answer import (
     bare_answer,
@@ -8,18 +18,48 @@ from conductor.modules._answer import (
     normalise,
     option_labels,
 )
-from conductor.modules._conductor import SELF_NAME, AskRevision, Conductor, ConductorReply
-from conductor.modules._config import ConductorConfig, WorkerIds
-from conductor.modules._executor import Budget, Executor, RunError, RunResult, StepTrace, Usage
-from conductor.modules._failover import WorkerHealth
-from conductor.modules._pool import BUILTIN_TOOLS, WorkerBuilder, WorkerPool, WorkerSpec, register_worker_kind
-from conductor.modules._program import PoolProgram
-from conductor.modules._prompts import WorkerPromptAdapter, WorkflowAdapter
-from conductor.modules._sandbox import run_python
-from conductor.modules._tools import ModuleWorker, ToolWorker, as_worker
-from conductor.modules._tracing import disable_tracing, enable_tracing, render_trace_html
-from conductor.modules._worker import Completion, LMWorker, Messages, Price, Worker, chat_request
-from conductor.modules._workflow import Limits, Step, Workflow
+from conductor.modules.pool import (
+    BUILTIN_TOOLS,
+    WorkerBuilder,
+    WorkerHealth,
+    WorkerPool,
+    WorkerSpec,
+    register_worker_kind,
+)
+from conductor.modules.programs import (
+    SELF_NAME,
+    AskRevision,
+    Conductor,
+    ConductorConfig,
+    ConductorReply,
+    PoolProgram,
+    WorkerIds,
+)
+from conductor.modules.run import (
+    Budget,
+    Executor,
+    RunError,
+    RunResult,
+    StepTrace,
+    Usage,
+    disable_tracing,
+    enable_tracing,
+    render_trace_html,
+)
+from conductor.modules.tools import run_python
+from conductor.modules.workers import (
+    Completion,
+    LMWorker,
+    Messages,
+    ModuleWorker,
+    Price,
+    ReplayWorker,
+    ToolWorker,
+    Worker,
+    as_worker,
+    chat_request,
+)
+from conductor.modules.workflow import Limits, Step, WorkerPromptAdapter, Workflow, WorkflowAdapter
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -37,6 +77,7 @@ __all__ = [
     "ModuleWorker",
     "PoolProgram",
     "Price",
+    "ReplayWorker",
     "RunError",
     "RunResult",
     "Step",

@@ -12,7 +12,7 @@ from conductor.conductor_lm import ConductorLM, Sample
 from conductor.errors import ConductorError
 from conductor.local import LocalEngine, trainable_policy
 from conductor.modules import Conductor, WorkerPool
-from conductor.modules._prompts import WorkerPromptAdapter
+from conductor.modules.workflow import WorkerPromptAdapter
 from conductor.testing import ScriptedWorker
 from tests.conductor_lm.helpers import ForceText
 

@@ -16,7 +16,7 @@ from transformers import LogitsProcessorList
 from conductor.conductor_lm import ConductorLM, byte_tokenizer
 from conductor.conductor_lm._grammar import WorkflowConstraint, WorkflowFormat, workflow_grammar
 from conductor.errors import ConfigError, MissingDependency
-from conductor.modules._workflow import Limits, Step, Workflow
+from conductor.modules.workflow import Limits, Step, Workflow
 
 needs_xgrammar = pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None, reason="needs xgrammar")
 

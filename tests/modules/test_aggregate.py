@@ -8,7 +8,8 @@ import pytest
 
 from conductor.errors import ToolInputError
 from conductor.modules import WorkerPool, choice_index
-from conductor.modules._aggregate import (
+from conductor.modules.baselines import FixedPipeline
+from conductor.modules.tools._aggregate import (
     CheckWorker,
     VoteWorker,
     function_tests,
@@ -16,7 +17,6 @@ from conductor.modules._aggregate import (
     parse_prompt,
     vote,
 )
-from conductor.modules.baselines import FixedPipeline
 from conductor.testing import ScriptedWorker
 
 MULTIPLE_CHOICE = "Which colour is the sky on a clear day?\n\nA. green\nB. blue\nC. red"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conductor.errors import ToolInputError
-from conductor.modules._calculator import CalculatorWorker, calculate, extract_expression
+from conductor.modules.tools import CalculatorWorker, calculate, extract_expression
 
 
 @pytest.mark.parametrize(

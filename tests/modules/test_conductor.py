@@ -178,7 +178,7 @@ def test_a_role_the_executor_cannot_fill_is_a_config_error():
     ],
 )
 def test_runaway_code_in_the_sandbox_is_a_clear_error_and_the_process_survives(code, problem):
-    from conductor.modules._sandbox import PythonWorker
+    from conductor.modules.tools import PythonWorker
 
     pool = WorkerPool([PythonWorker(code_timeout_s=1, memory_mb=256)])
     subtask = f"Run this:\n```python\n{code}\n```"

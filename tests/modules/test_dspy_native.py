@@ -13,7 +13,7 @@ from dspy.utils.callback import BaseCallback
 
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, LMWorker, ModuleWorker, ToolWorker, WorkerPool, as_worker
-from conductor.modules._prompts import is_workflow_demo
+from conductor.modules.workflow import is_workflow_demo
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.modules.worker_contract import WorkerContract
 

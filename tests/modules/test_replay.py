@@ -6,7 +6,7 @@ import pytest
 
 from conductor.errors import WorkerError
 from conductor.modules import WorkerPool
-from conductor.modules._replay import ReplayWorker
+from conductor.modules.workers import ReplayWorker
 from conductor.testing import ScriptedWorker
 
 

@@ -24,8 +24,7 @@ import pytest
 
 import conductor
 from conductor.errors import WorkerError
-from conductor.modules import _sandbox
-from conductor.modules._sandbox import PythonWorker
+from conductor.modules.tools import PythonWorker, _sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/setup.sh installs it)")
 

@@ -1,11 +1,11 @@
-"""The executor's reusable daemon threads (``conductor.modules._threads``)."""
+"""The executor's reusable daemon threads (``conductor.modules.run._threads``)."""
 
 import contextvars
 import threading
 
 import pytest
 
-from conductor.modules import _threads
+from conductor.modules.run import _threads
 
 
 def call_threads() -> list[threading.Thread]:

@@ -12,11 +12,17 @@ import time
 import pytest
 
 from conductor.errors import ConfigError, WorkerError, WorkerTimeout
-from conductor.modules._calculator import CalculatorWorker, calculate, extract_expression
-from conductor.modules._pool import WorkerPool
-from conductor.modules._sandbox import BWRAP_ENV, PythonWorker, extract_code, run_python
-from conductor.modules._tools import TRUNCATED, ToolWorker
-from conductor.modules._worker import Completion
+from conductor.modules.pool import WorkerPool
+from conductor.modules.tools import (
+    BWRAP_ENV,
+    CalculatorWorker,
+    PythonWorker,
+    calculate,
+    extract_code,
+    extract_expression,
+    run_python,
+)
+from conductor.modules.workers import TRUNCATED, Completion, ToolWorker
 from tests.modules.worker_contract import WorkerContract
 
 WORKER_PROMPT = (
@@ -280,7 +286,7 @@ def test_a_bwrap_that_cannot_make_namespaces_is_a_clear_error(monkeypatch, tmp_p
 
 def test_unisolated_execution_is_an_explicit_choice_and_warned(monkeypatch, caplog) -> None:
     monkeypatch.setenv(BWRAP_ENV, "/nonexistent/bwrap")
-    with caplog.at_level(logging.WARNING, logger="conductor.modules._sandbox"):
+    with caplog.at_level(logging.WARNING, logger="conductor.modules.tools._sandbox"):
         worker = PythonWorker(isolation="none")
     assert "UNISOLATED" in caplog.text
     assert worker.complete(user("```python\nprint(6 * 7)\n```"), max_tokens=16, temperature=0).text == "42"

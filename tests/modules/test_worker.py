@@ -7,7 +7,7 @@ from dspy.lm15 import ContextLengthError
 
 from conductor.errors import ConfigError, WorkerError
 from conductor.modules import LMWorker, Price, WorkerPool
-from conductor.modules._worker import FREE, litellm_price, lm_price
+from conductor.modules.workers import FREE, litellm_price, lm_price
 from conductor.testing import scripted_lm
 from tests.modules.worker_contract import WorkerContract
 

@@ -1,4 +1,4 @@
-"""The contract every ``Worker`` keeps (see ``conductor.modules._worker.Worker``), as tests any worker's suite reuses.
+"""The contract every ``Worker`` keeps (see ``conductor.modules.workers.Worker``), as tests any worker's suite reuses.
 
 Subclass ``WorkerContract`` in a test class that provides two fixtures: ``worker`` (function-scoped, since a test
 closes it) and ``prompt_messages``, chat messages that worker can answer.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from conductor.modules._worker import Completion, Messages, Worker
+from conductor.modules.workers import Completion, Messages, Worker
 
 
 def _assert_completion(completion: object) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 import dspy
 
 from conductor.errors import ConfigError, WorkflowError
-from conductor.modules._executor import RunError, RunResult
-from conductor.modules._program import PoolProgram
-from conductor.modules._workflow import Limits, Workflow
+from conductor.modules.programs import PoolProgram
+from conductor.modules.run import RunError, RunResult
+from conductor.modules.workflow import Limits, Workflow
 
 
 class _AbstractModuleMeta(type(dspy.Module), abc.ABCMeta):

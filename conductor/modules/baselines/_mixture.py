@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Unpack
 
 from conductor.errors import ConfigError
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import DIRECT_SUBTASK, ProgramOptions
 from conductor.modules.baselines._pipeline import FixedPipeline
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import DIRECT_SUBTASK, ProgramOptions
 
 AGGREGATE = "Combine the candidate responses above into one final response. Give the final answer."
 

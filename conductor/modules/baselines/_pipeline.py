@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Unpack
 
 from conductor.errors import ConfigError, WorkflowError
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import ProgramOptions
-from conductor.modules._workflow import Workflow
 from conductor.modules.baselines._base import WorkflowProgram
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import ProgramOptions
+from conductor.modules.workflow import Workflow
 
 PipelineStep = tuple[int, str, str] | tuple[int, str, str, str | Sequence[int]]
 """``(worker, role, subtask)`` or ``(worker, role, subtask, access)``. ``role`` ``""`` is the default role;

@@ -7,10 +7,10 @@ import random
 from typing import Unpack
 
 from conductor.errors import ConfigError
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import ProgramOptions
-from conductor.modules._workflow import Step, Workflow
 from conductor.modules.baselines._base import WorkflowProgram
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import ProgramOptions
+from conductor.modules.workflow import Step, Workflow
 
 WORK = "Work on the task; give your answer."
 WORK_FINAL = "Work on the task; give the final answer."

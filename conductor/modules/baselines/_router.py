@@ -10,8 +10,8 @@ from typing import Any
 
 import dspy
 
-from conductor.modules._conductor import Conductor
-from conductor.modules._pool import WorkerPool
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import Conductor
 
 ROUTER_INSTRUCTIONS = """You are the router of a team of worker models. You never answer the task yourself. You \
 pick the single worker most likely to answer this task correctly and write a workflow of exactly one step for it.

@@ -9,11 +9,11 @@ from typing import Unpack
 
 from conductor.errors import ConfigError
 from conductor.modules._answer import extract_answer
-from conductor.modules._executor import RunResult
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import DIRECT_SUBTASK, ProgramOptions
-from conductor.modules._workflow import Workflow
 from conductor.modules.baselines._pipeline import FixedPipeline
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import DIRECT_SUBTASK, ProgramOptions
+from conductor.modules.run import RunResult
+from conductor.modules.workflow import Workflow
 
 logger = logging.getLogger(__name__)
 

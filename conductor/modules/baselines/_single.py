@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import DIRECT_SUBTASK, ProgramOptions
 from conductor.modules.baselines._pipeline import FixedPipeline
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs import DIRECT_SUBTASK, ProgramOptions
 
 
 class SingleWorker(FixedPipeline):

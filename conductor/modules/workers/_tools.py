@@ -2,8 +2,8 @@
 
 Tools take part in a workflow like any model: the conductor hands them a subtask in plain text, and they answer with
 text. Each tool picks what it needs out of the prompt (a code block, an expression) with its ``extract`` function, or
-takes the step's subtask as it is. The built-in tools are the sandboxed Python runner (``_sandbox.py``) and the
-calculator (``_calculator.py``). ``as_worker`` turns what a DSPy user already has into a worker.
+takes the step's subtask as it is. The built-in tools (the sandboxed Python runner, the calculator, vote and check)
+live in ``conductor.modules.tools``. ``as_worker`` turns what a DSPy user already has into a worker.
 
 A tool runs through a ``dspy.Tool``, so DSPy callbacks (and MLflow's autolog) see each call as a tool call. A
 ``TypeError`` from a tool or module is a bug (a wrong signature, a wrong type), not a passing failure: it is not
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import dspy
 
 from conductor.errors import ConfigError, WorkerError
-from conductor.modules._worker import Completion, Messages, Worker
+from conductor.modules.workers._worker import Completion, Messages, Worker
 
 TRUNCATED = "[output truncated]"
 

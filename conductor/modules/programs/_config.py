@@ -16,7 +16,7 @@ import pydantic
 
 from conductor._imports import import_object
 from conductor.errors import ConfigError
-from conductor.modules._executor import Budget
+from conductor.modules.run import Budget
 from conductor.signatures import BUILTIN_ROLES, role_name
 
 Fallback = Literal["first_worker", "none"]

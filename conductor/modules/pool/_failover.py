@@ -21,8 +21,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from conductor.modules._pool import WorkerPool
-from conductor.modules._worker import Worker
+from conductor.modules.pool._pool import WorkerPool
+from conductor.modules.workers import Worker
 
 logger = logging.getLogger(__name__)
 

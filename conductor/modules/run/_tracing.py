@@ -21,14 +21,13 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 import dspy
 
 from conductor.errors import MissingDependency
-from conductor.modules._pool import WorkerPool
+from conductor.modules.pool import WorkerPool
+from conductor.modules.run._types import RunResult, StepTrace
+from conductor.modules.workflow import Access, Workflow
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
-
-    from conductor.modules._executor import RunResult, StepTrace
-    from conductor.modules._workflow import Access, Workflow
 
 logger = logging.getLogger(__name__)
 

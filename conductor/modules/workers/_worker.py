@@ -20,7 +20,7 @@ from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationEr
 from dspy.utils.usage_tracker import track_usage
 
 from conductor.errors import ConfigError, WorkerError
-from conductor.modules._limits import CallLimits
+from conductor.modules.workers._limits import CallLimits
 
 logger = logging.getLogger(__name__)
 

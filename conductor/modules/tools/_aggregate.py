@@ -6,7 +6,7 @@ vote (self-consistency), or a checker that keeps the candidate that names one of
 arithmetic a candidate wrote, or runs candidate programs against the task's examples in the sandbox.
 
 Both read the prompt the executor builds for a step (``WorkerPromptAdapter``): the overall task, the earlier steps
-it may see (each one's subtask and response, as ``_executor._context`` writes them) and its own subtask.
+it may see (each one's subtask and response, as ``run/_executor.py``'s ``_context`` writes them) and its own subtask.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from typing import Any
 
 from conductor.errors import CodeTimeout, ToolInputError
 from conductor.modules._answer import choice_index, extract_answer, normalise
-from conductor.modules._calculator import calculate, extract_expression
-from conductor.modules._prompts import _TITLES
-from conductor.modules._sandbox import Isolation, extract_code, run_python
-from conductor.modules._tools import ToolWorker
+from conductor.modules.tools._calculator import calculate, extract_expression
+from conductor.modules.tools._sandbox import Isolation, extract_code, run_python
+from conductor.modules.workers import ToolWorker
+from conductor.modules.workflow import INPUT_TITLES
 
 logger = logging.getLogger(__name__)
 
-_TASK = f"{_TITLES['question']}:\n"
-_CONTEXT = f"\n\n{_TITLES['context']}:\n"
-_SUBTASK = f"\n\n{_TITLES['subtask']}:\n"
+_TASK = f"{INPUT_TITLES['question']}:\n"
+_CONTEXT = f"\n\n{INPUT_TITLES['context']}:\n"
+_SUBTASK = f"\n\n{INPUT_TITLES['subtask']}:\n"
 _STEP = re.compile(r"(?:^|\n\n)Step (\d+) \(Model (\d+)\) subtask: ")
 _OPTION = re.compile(r"^[ \t]*\(?([A-Z])[.)][ \t]+(\S.*?)[ \t]*$", re.M)
 _WORD = re.compile(r"[a-z0-9]+")

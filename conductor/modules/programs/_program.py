@@ -16,9 +16,9 @@ import dspy
 
 from conductor.errors import ConfigError
 from conductor.modules._answer import extract_answer
-from conductor.modules._executor import Budget, Executor, RunError, RunResult, Usage
-from conductor.modules._pool import WorkerPool
-from conductor.modules._workflow import Workflow
+from conductor.modules.pool import WorkerPool
+from conductor.modules.run import Budget, Executor, RunError, RunResult, Usage
+from conductor.modules.workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: not text, and no model can encode it

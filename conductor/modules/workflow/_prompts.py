@@ -23,10 +23,20 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from conductor.errors import WorkflowError
-from conductor.modules._workflow import Workflow
+from conductor.modules.workflow._workflow import (
+    ACCESS_ALL,
+    ACCESS_LIST_FIELD,
+    LIST_NAMES,
+    MODEL_ID_FIELD,
+    REASONING_FIELD,
+    ROLES_FIELD,
+    SUBTASKS_FIELD,
+    Workflow,
+)
 
 WORKER_PREAMBLE = "You are solving one subtask within an overall task."
-_TITLES = {"question": "Overall task", "context": "Earlier steps", "subtask": "Your subtask"}
+INPUT_TITLES = {"question": "Overall task", "context": "Earlier steps", "subtask": "Your subtask"}
+"""The title of each input's section in a worker's prompt (the tools that read the prompt find its parts by them)."""
 
 
 def _render_inputs(signature: type[dspy.Signature], inputs: dict[str, Any], titles: dict[str, str]) -> str:
@@ -56,7 +66,7 @@ class WorkerPromptAdapter(dspy.Adapter):
 
     @staticmethod
     def _user(signature, inputs) -> str:
-        return f"{WORKER_PREAMBLE}\n\n{_render_inputs(signature, inputs, _TITLES)}"
+        return f"{WORKER_PREAMBLE}\n\n{_render_inputs(signature, inputs, INPUT_TITLES)}"
 
     @staticmethod
     def _output(signature) -> str:
@@ -97,7 +107,7 @@ class WorkflowAdapter(dspy.Adapter):
 def format_example(by_name: bool) -> str:
     """The workflow the system prompt shows as the form to answer in, its workers by number or by name."""
     example = Workflow.from_lists(
-        [0, 1], ["<instruction for step 0>", "<instruction for step 1>"], [[], "all"], reasoning="<brief thoughts>"
+        [0, 1], ["<instruction for step 0>", "<instruction for step 1>"], [[], ACCESS_ALL], reasoning="<brief thoughts>"
     )
     return example.to_text(["<worker name>", "<worker name>"] if by_name else None)
 
@@ -105,15 +115,15 @@ def format_example(by_name: bool) -> str:
 def workflow_fields(workflow: Workflow) -> dict[str, Any]:
     """The ``Orchestrate`` output fields of a workflow (what a few-shot demo or a prediction holds)."""
     return {
-        "reasoning": workflow.reasoning,
-        "model_id": [s.worker for s in workflow.steps],
-        "subtasks": [s.subtask for s in workflow.steps],
-        "access_list": [s.access if s.access == "all" else list(s.access) for s in workflow.steps],
-        "roles": [s.role or "" for s in workflow.steps] if any(s.role for s in workflow.steps) else None,
+        REASONING_FIELD: workflow.reasoning,
+        MODEL_ID_FIELD: [s.worker for s in workflow.steps],
+        SUBTASKS_FIELD: [s.subtask for s in workflow.steps],
+        ACCESS_LIST_FIELD: [s.access if s.access == ACCESS_ALL else list(s.access) for s in workflow.steps],
+        ROLES_FIELD: [s.role or "" for s in workflow.steps] if any(s.role for s in workflow.steps) else None,
     }
 
 
-WORKFLOW_FIELDS = ("model_id", "subtasks", "access_list")
+WORKFLOW_FIELDS = LIST_NAMES
 """The ``Orchestrate`` output fields a demo needs to show a workflow (``reasoning`` and ``roles`` are optional)."""
 
 
@@ -124,9 +134,9 @@ def is_workflow_demo(demo: Any) -> bool:
 
 def _workflow_of(fields: dict[str, Any]) -> Workflow:
     return Workflow.from_lists(
-        list(fields["model_id"]),
-        list(fields["subtasks"]),
-        list(fields["access_list"]),
-        list(fields["roles"]) if fields.get("roles") else None,
-        reasoning=fields.get("reasoning") or "",
+        list(fields[MODEL_ID_FIELD]),
+        list(fields[SUBTASKS_FIELD]),
+        list(fields[ACCESS_LIST_FIELD]),
+        list(fields[ROLES_FIELD]) if fields.get(ROLES_FIELD) else None,
+        reasoning=fields.get(REASONING_FIELD) or "",
     )

@@ -2,9 +2,9 @@
 
 Each step's worker gets a plain-text prompt (its role's instructions; the overall task; the subtask and response of
 every earlier step its access list allows; its own subtask). A worker that raises or times out is retried with
-exponential backoff; a worker that keeps failing is cooled down and its fallbacks take its steps (``_failover.py``).
-When no worker answers a step, no new step starts, running ones finish, and the run ends with the steps done so far
-and the reason.
+exponential backoff; a worker that keeps failing is cooled down and its fallbacks take its steps
+(``pool/_failover.py``). When no worker answers a step, no new step starts, running ones finish, and the run ends
+with the steps done so far and the reason.
 
 Steps start in workflow order, each once every step it sees has finished, at most ``max_parallel`` at a time; a step
 never overtakes an earlier one still waiting, so the steps started are always a prefix of the workflow. With workers
@@ -14,9 +14,10 @@ with nothing to run beside it runs on the caller's thread, so a chain of depende
 
 Budgets hold under parallelism: before a step starts it *reserves* its worst case (its prompt plus the largest
 ``max_tokens`` that still fits, and their cost), and gives back the unused part when it ends, so steps running
-together can never jointly pass a limit; a step that can't fit is not started. (Under a tight budget, steps started
-side by side may therefore get a smaller ``max_tokens`` than they would one after another.) A call that reports more
-than its step reserved (a worker breaking its contract) is recorded as it was, and stops the run with a budget error.
+together can never jointly pass a limit; a step that can't fit is not started (the ledger, ``_ledger.py``). (Under a
+tight budget, steps started side by side may therefore get a smaller ``max_tokens`` than they would one after
+another.) A call that reports more than its step reserved (a worker breaking its contract) is recorded as it was, and
+stops the run with a budget error.
 Limits count from what the conductor LM already spent on the run (``Executor.run(..., conductor_usage=...)``).
 """
 
@@ -25,262 +26,26 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import math
-import numbers
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from dataclasses import dataclass
 
 import dspy
 import tenacity
 from dspy.utils.callback import with_callbacks
 
 from conductor.errors import BudgetExceeded, ConfigError, WorkerError, WorkerTimeout
-from conductor.modules import _threads, _tracing
-from conductor.modules._failover import WorkerHealth, route
-from conductor.modules._pool import WorkerPool
-from conductor.modules._prompts import WorkerPromptAdapter
-from conductor.modules._worker import FREE, Completion, Messages, Price, Worker
-from conductor.modules._workflow import Workflow
+from conductor.modules.pool import WorkerHealth, WorkerPool, route
+from conductor.modules.run import _threads, _tracing
+from conductor.modules.run._ledger import Hold, Ledger
+from conductor.modules.run._types import Budget, RunError, RunResult, StepTrace, Usage
+from conductor.modules.workers import Completion, Messages, Worker
+from conductor.modules.workflow import WorkerPromptAdapter, Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Tokens and dollars a run spent outside its workflow's steps: the conductor LM's own calls."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.cost + other.cost,
-        )
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits for one run. ``None`` means unlimited and 0 means nothing may be spent (a cost limit of 0 still lets
-    free workers run). Tokens count prompt and completion tokens of every step and of the conductor LM's own calls.
-    A limit that is negative, NaN, infinite or not a number is refused with a ``ConfigError``."""
-
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    max_tokens_per_step: int | None = None  # caps each worker's own max_tokens
-
-    def __post_init__(self) -> None:
-        problems = []
-        for limit in fields(self):
-            value = getattr(self, limit.name)
-            kind = numbers.Real if limit.name == "max_cost" else numbers.Integral
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, kind):
-                problems.append(f"{limit.name} must be {'a number' if kind is numbers.Real else 'a whole number'}")
-            elif not math.isfinite(value):
-                problems.append(f"{limit.name} must be finite (None means no limit)")
-            elif value < 0:
-                problems.append(f"{limit.name} must not be negative")
-        if problems:
-            raise ConfigError(f"invalid budget: {'; '.join(problems)}")
-
-    def remaining(self, spent: Sequence[StepTrace], conductor_usage: Usage = Usage()) -> Budget:
-        """What is left once the steps ``spent`` ran and the conductor LM used ``conductor_usage``: the budget of a
-        later round of the same run (a recursive round of the Conductor), so that all its rounds together stay within
-        this one. The conductor's calls count against tokens and cost, not steps."""
-        tokens = conductor_usage.tokens + sum(s.prompt_tokens + s.completion_tokens for s in spent)
-        cost = conductor_usage.cost + sum(s.cost for s in spent)
-        return replace(
-            self,
-            max_steps=None if self.max_steps is None else max(self.max_steps - len(spent), 0),
-            max_tokens=None if self.max_tokens is None else max(self.max_tokens - tokens, 0),
-            max_cost=None if self.max_cost is None else max(self.max_cost - cost, 0.0),
-        )
-
-
-@dataclass
-class StepTrace:
-    """What one step did: who ran it, what it saw, what it cost, and how it ended.
-
-    ``worker`` is the worker the workflow assigned; ``answered_by`` the one whose answer this is (``worker`` or one of
-    its fallbacks; ``None`` if none answered), and ``fallback_reason`` why the workers before it were passed over.
-    ``attempts`` counts calls to every worker tried; ``cost`` is the provider's reported cost, else the worker's price.
-    Tokens and cost are what the answering call reported, also when that was more than the step reserved (then
-    ``error`` says so, and the run stopped); a step no worker answered records none, as the budget counts none.
-    """
-
-    index: int
-    worker_index: int
-    worker: str
-    role: str
-    subtask: str
-    visible: tuple[int, ...]
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    latency_s: float = 0.0
-    attempts: int = 0
-    output: str | None = None
-    error: str | None = None
-    answered_by: str | None = None
-    fallback_reason: str | None = None
-
-
-@dataclass(frozen=True)
-class RunError:
-    """Why a run has no answer. ``kind``: ``format`` (the conductor's workflow was unusable; a fallback may still
-    have answered), ``execution`` (a worker failed for good), ``budget`` (the next step would not fit), ``input``."""
-
-    kind: Literal["format", "execution", "budget", "input"]
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} error: {self.message}"
-
-
-@dataclass
-class RunResult:
-    """A run's answer (the last step's output), its steps in workflow order, and why it has no answer if so.
-
-    Its tokens and cost are those of every step plus ``conductor_usage``, what the conductor LM spent on the run.
-    """
-
-    answer: str | None
-    steps: list[StepTrace] = field(default_factory=list)
-    error: RunError | None = None
-    workflow: Workflow | None = None
-    conductor_usage: Usage = Usage()
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.conductor_usage.prompt_tokens + sum(s.prompt_tokens for s in self.steps)
-
-    @property
-    def completion_tokens(self) -> int:
-        return self.conductor_usage.completion_tokens + sum(s.completion_tokens for s in self.steps)
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @property
-    def cost(self) -> float:
-        return self.conductor_usage.cost + sum(s.cost for s in self.steps)
-
-    def cost_by_worker(self) -> dict[str, float]:
-        """Dollars per worker that answered (a step a fallback took is billed to the fallback); the conductor LM's own
-        calls are in ``conductor_usage``."""
-        costs: dict[str, float] = {}
-        for step in self.steps:
-            name = step.answered_by or step.worker
-            costs[name] = costs.get(name, 0.0) + step.cost
-        return costs
-
-    def cost_by_step(self) -> dict[int, float]:
-        """Dollars per step index, for the steps that ran."""
-        return {step.index: step.cost for step in self.steps}
-
-
-@dataclass(eq=False)
-class _Hold:
-    """Budget reserved for one call: its prompt, the most output it may write, and what both cost at most."""
-
-    prompt_tokens: int
-    max_tokens: int
-    cost: float
-
-
-class _Ledger:
-    """What a run has spent (from the conductor LM's usage on) plus what its running steps hold. Thread-safe:
-    reserving checks and holds under one lock, so steps running together can never jointly pass the budget."""
-
-    def __init__(self, budget: Budget, min_output_tokens: int, spent: Usage = Usage()):
-        self.budget = budget
-        self.min_output_tokens = min_output_tokens
-        self._spent_tokens = spent.tokens
-        self._spent_cost = spent.cost
-        self._holds: set[_Hold] = set()
-        self._lock = threading.Lock()
-
-    def price(self, worker: Worker) -> Price:
-        """``worker``'s price. An unknown one counts as free only while no cost limit needs it: under a cost budget,
-        ``BudgetExceeded`` says how to give it one."""
-        if worker.price is not None:
-            return worker.price
-        if self.budget.max_cost is None:
-            return FREE
-        raise BudgetExceeded(
-            f"the price of worker {worker.name!r} is unknown (litellm's cost map doesn't list its model), so it can't "
-            f"run under a cost budget of ${self.budget.max_cost:g}: give it a price (Price(input_per_1k, "
-            f"output_per_1k) in code, `price: {{input_per_1k: ..., output_per_1k: ...}}` in a pool config)"
-        )
-
-    def reserve(self, worker: Worker, index: int, prompt_tokens: int) -> _Hold:
-        """Hold step ``index``'s worst case on ``worker``, or raise ``BudgetExceeded`` if even the least won't fit."""
-        price = self.price(worker)
-        with self._lock:
-            max_tokens = self._affordable_output(worker, price, index, prompt_tokens)
-            hold = _Hold(prompt_tokens, max_tokens, price.cost(prompt_tokens, max_tokens))
-            self._holds.add(hold)
-        return hold
-
-    def settle(self, hold: _Hold, completion: Completion | None = None, cost: float = 0.0) -> str | None:
-        """Replace what ``hold`` reserved by what the call really used (nothing, when it failed, so ``completion``
-        is ``None``); return how that is more than was reserved, if it is."""
-        tokens = 0 if completion is None else completion.input_tokens + completion.output_tokens
-        with self._lock:
-            self._holds.discard(hold)
-            self._spent_tokens += tokens
-            self._spent_cost += cost
-        if completion is None:
-            return None
-        if completion.output_tokens > hold.max_tokens:
-            return f"wrote {completion.output_tokens} output tokens, more than the {hold.max_tokens} it was allowed"
-        if self.budget.max_tokens is not None and tokens > hold.prompt_tokens + hold.max_tokens:
-            return f"used {tokens} tokens, more than the {hold.prompt_tokens + hold.max_tokens} reserved for it"
-        if self.budget.max_cost is not None and cost > hold.cost:
-            return f"cost ${cost:g}, more than the ${hold.cost:g} reserved for it"
-        return None
-
-    def _affordable_output(self, worker: Worker, price: Price, index: int, prompt_tokens: int) -> int:
-        """The largest ``max_tokens`` this step may use without any budget being exceeded, or ``BudgetExceeded``."""
-        budget = self.budget
-        if budget.max_steps is not None and index >= budget.max_steps:
-            raise BudgetExceeded(f"the step budget of {budget.max_steps} is used up")
-        limit = worker.max_tokens
-        if budget.max_tokens_per_step is not None:
-            limit = min(limit, budget.max_tokens_per_step)
-        if budget.max_tokens is not None:
-            used = self._spent_tokens + sum(h.prompt_tokens + h.max_tokens for h in self._holds)
-            limit = min(limit, budget.max_tokens - used - prompt_tokens)
-        if budget.max_cost is not None:
-            used = self._spent_cost + sum(h.cost for h in self._holds)
-            if used + price.cost(prompt_tokens, 0) > budget.max_cost:
-                raise BudgetExceeded(f"the prompt alone would pass the cost budget of ${budget.max_cost:g}")
-            if price.output_per_1k > 0:
-                left = budget.max_cost - used - price.cost(prompt_tokens, 0)
-                limit = min(limit, math.floor(left * 1000 / price.output_per_1k))
-                while limit > 0 and used + price.cost(prompt_tokens, limit) > budget.max_cost:  # float rounding
-                    limit -= 1
-        if limit < self.min_output_tokens:
-            raise BudgetExceeded(
-                f"{max(limit, 0)} output tokens would fit, fewer than the minimum of {self.min_output_tokens}"
-            )
-        return limit
 
 
 @dataclass(eq=False)
@@ -294,7 +59,7 @@ class _Step:
     messages: Messages
     workers: list[Worker]
     notes: list[str]
-    hold: _Hold | None
+    hold: Hold | None
     failure: RunError | None = None
 
 
@@ -354,7 +119,7 @@ class Executor:
         return _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget, conductor_usage))
 
     def _run(self, workflow: Workflow, question: str, budget: Budget, conductor_usage: Usage) -> RunResult:
-        ledger = _Ledger(budget, self.min_output_tokens, conductor_usage)
+        ledger = Ledger(budget, self.min_output_tokens, conductor_usage)
         try:
             for worker in self._reachable(workflow):
                 ledger.price(worker)
@@ -427,7 +192,7 @@ class Executor:
 
     # ---- one step ------------------------------------------------------------------------------------------------
     def _prepare(
-        self, workflow: Workflow, index: int, question: str, started: dict[int, _Step], ledger: _Ledger
+        self, workflow: Workflow, index: int, question: str, started: dict[int, _Step], ledger: Ledger
     ) -> _Step:
         """Build step ``index``'s prompt, pick the workers it may try and reserve the budget of the first."""
         step = workflow.steps[index]
@@ -443,18 +208,18 @@ class Executor:
         hold = self._reserve(ledger, workers[0], trace, messages) if workers else None
         return _Step(trace, predictor, inputs, messages, workers, notes, hold)
 
-    def _reserve(self, ledger: _Ledger, worker: Worker, trace: StepTrace, messages: Messages) -> _Hold:
+    def _reserve(self, ledger: Ledger, worker: Worker, trace: StepTrace, messages: Messages) -> Hold:
         trace.prompt_tokens = worker.count_tokens(messages)
         return ledger.reserve(worker, trace.index, trace.prompt_tokens)
 
-    def _run_step(self, step: _Step, ledger: _Ledger) -> None:
+    def _run_step(self, step: _Step, ledger: Ledger) -> None:
         tracer = _tracing.tracer
         if tracer is None:
             self._step_with_callbacks(step, ledger)
         else:
             _tracing.traced_step(tracer, step.trace, lambda: self._step_with_callbacks(step, ledger))
 
-    def _step_with_callbacks(self, step: _Step, ledger: _Ledger) -> None:
+    def _step_with_callbacks(self, step: _Step, ledger: Ledger) -> None:
         """Run the step as DSPy callbacks (``dspy.settings.callbacks``, MLflow's autolog) see a call of its role's
         predictor: the step's inputs in, its response out, or the reason no worker answered as the exception. The
         worker's own LM or tool call is an event inside it."""
@@ -469,7 +234,7 @@ class Executor:
         with contextlib.suppress(_StepFailed):
             with_callbacks(role_step)(step.predictor, **step.inputs)
 
-    def _try_workers(self, step: _Step, ledger: _Ledger) -> None:
+    def _try_workers(self, step: _Step, ledger: Ledger) -> None:
         """Ask the step's workers in turn until one answers; record who answered, or why none did."""
         trace, hold, notes = step.trace, step.hold, list(step.notes)
         started = time.perf_counter()

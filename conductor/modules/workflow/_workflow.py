@@ -25,23 +25,33 @@ import reprlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Final, Literal, Union
 
 from conductor.errors import WorkflowError
 
-Access = Union[Literal["all"], tuple[int, ...]]  # noqa: UP007 - a type alias needs the runtime form
-"""Which earlier steps a step sees: ``"all"`` of them, or the listed indices (``()`` for none)."""
+# The text format's vocabulary, defined here once: ``to_text`` writes it, ``parse`` reads it, and the workflow grammar
+# (``conductor.conductor_lm``) spells the same text with it.
+REASONING_FIELD: Final = "reasoning"
+MODEL_ID_FIELD: Final = "model_id"
+SUBTASKS_FIELD: Final = "subtasks"
+ACCESS_LIST_FIELD: Final = "access_list"
+ROLES_FIELD: Final = "roles"
+ACCESS_ALL: Final = "all"
+"""The access keyword: the step sees every earlier step (``Access`` spells it as a type, which must be literal)."""
+LIST_NAMES = (MODEL_ID_FIELD, SUBTASKS_FIELD, ACCESS_LIST_FIELD)
+"""The lists every workflow has (``roles`` is optional)."""
+TEXT_FIELDS = (REASONING_FIELD, *LIST_NAMES, ROLES_FIELD)
+"""Every field of the text form, in the order ``to_text`` writes them."""
 
-LIST_NAMES = ("model_id", "subtasks", "access_list")
-_OPTIONAL_LIST_NAMES = ("roles",)
+Access = Union[Literal["all"], tuple[int, ...]]  # noqa: UP007 - a type alias needs the runtime form
+"""Which earlier steps a step sees: ``"all"`` of them (``ACCESS_ALL``), or the listed indices (``()`` for none)."""
+
 # "2", "Model 2", "worker 2": an index. Longer digit strings are none (and past 4,300 digits Python can't read them).
 _INDEX = re.compile(r"\s*(?:(?:model|worker|agent)\s*)?(-?\d{1,18})\s*", re.I)
 _shown = reprlib.repr  # what the conductor wrote, shortened, in a problem message
 _THINK = re.compile(r"^\s*<think>.*?(</think>|$)", re.DOTALL)
 # A field name, optionally quoted or in markdown bold, then ':' or '=' and the opening of its value.
-_FIELD = re.compile(
-    r"[\"'*`]{0,3}\b(?P<name>model_id|subtasks|access_list|roles|reasoning)\b[\"'*`]{0,3}\s*[:=]\s*(?P<open>[\[\"])"
-)
+_FIELD = re.compile(rf"[\"'*`]{{0,3}}\b(?P<name>{'|'.join(TEXT_FIELDS)})\b[\"'*`]{{0,3}}\s*[:=]\s*(?P<open>[\[\"])")
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,7 @@ class Step:
 
     worker: int
     subtask: str
-    access: Access = "all"
+    access: Access = ACCESS_ALL
     role: str | None = None
 
 
@@ -79,18 +89,18 @@ class Workflow:
         (``names[i]`` is worker i), ``model_id`` may name workers as well as number them."""
         body = _THINK.sub("", text, count=1)
         values, spans = _scan_fields(body)
-        reasoning = values.pop("reasoning", None)
+        reasoning = values.pop(REASONING_FIELD, None)
         if reasoning is None:
             first = min((start for start, _ in spans), default=len(body))
-            reasoning = re.sub(r"^\s*(reasoning|thoughts?)\s*[:=]", "", body[:first], flags=re.I).strip()
+            reasoning = re.sub(rf"^\s*({REASONING_FIELD}|thoughts?)\s*[:=]", "", body[:first], flags=re.I).strip()
         missing = [name for name in LIST_NAMES if name not in values]
         if missing:
             raise WorkflowError([f"missing list: {name}" for name in missing], text=text)
         return cls.from_lists(
-            values["model_id"],
-            values["subtasks"],
-            values["access_list"],
-            values.get("roles"),
+            values[MODEL_ID_FIELD],
+            values[SUBTASKS_FIELD],
+            values[ACCESS_LIST_FIELD],
+            values.get(ROLES_FIELD),
             reasoning=reasoning,
             names=names,
         )
@@ -108,9 +118,9 @@ class Workflow:
     ) -> Workflow:
         """Build a workflow from the parsed lists, converting tolerantly ("Model 2" -> 2, "none" -> []); with
         ``names``, a worker's name is its index too."""
-        lists = {"model_id": model_id, "subtasks": subtasks, "access_list": access_list}
+        lists = {MODEL_ID_FIELD: model_id, SUBTASKS_FIELD: subtasks, ACCESS_LIST_FIELD: access_list}
         if roles is not None:
-            lists["roles"] = roles
+            lists[ROLES_FIELD] = roles
         problems = [
             f"{name} is not a list: {_shown(value)}" for name, value in lists.items() if not isinstance(value, list)
         ]
@@ -120,14 +130,15 @@ class Workflow:
         if len(set(lengths.values())) > 1:
             raise WorkflowError(["unequal lengths: " + ", ".join(f"{n}={k}" for n, k in lengths.items())])
         steps = []
-        for i in range(lengths["model_id"]):
+        for i in range(lengths[MODEL_ID_FIELD]):
             worker, access = _as_worker(model_id[i], names), _as_access(access_list[i])
             if worker is None:
                 known = f" or one of the names {', '.join(names)}" if names else ""
-                problems.append(f"model_id[{i}] is not a worker index{known}: {_shown(model_id[i])}")
+                problems.append(f"{MODEL_ID_FIELD}[{i}] is not a worker index{known}: {_shown(model_id[i])}")
             if access is None:
                 problems.append(
-                    f'access_list[{i}] must be "all", [] or a list of step indices: {_shown(access_list[i])}'
+                    f'{ACCESS_LIST_FIELD}[{i}] must be "{ACCESS_ALL}", [] or a list of step indices: '
+                    f"{_shown(access_list[i])}"
                 )
             role = None if roles is None else str(roles[i]).strip().lower() or None
             steps.append(Step(worker if worker is not None else -1, str(subtasks[i]), access or (), role))
@@ -148,7 +159,7 @@ class Workflow:
                 found.append(f"step {i}: unknown worker {step.worker} (the pool has workers 0..{n_workers - 1})")
             if not step.subtask.strip():
                 found.append(f"step {i}: empty subtask")
-            if step.access != "all":
+            if step.access != ACCESS_ALL:
                 for j in step.access:
                     if not 0 <= j < i:
                         where = "itself" if j == i else "a later step" if j > i else "a negative index"
@@ -167,7 +178,7 @@ class Workflow:
     def visible(self, index: int) -> tuple[int, ...]:
         """Indices of the earlier steps step ``index`` may see."""
         access = self.steps[index].access
-        return tuple(range(index)) if access == "all" else tuple(access)
+        return tuple(range(index)) if access == ACCESS_ALL else tuple(access)
 
     def shape(self, worker_names: Sequence[str]) -> tuple[tuple[str, Access], ...]:
         """What the workflow does, without its subtasks: each step's worker by name (``worker_names[i]`` is Model i;
@@ -180,15 +191,16 @@ class Workflow:
     def to_text(self, names: Sequence[str] | None = None) -> str:
         """The canonical text form, naming workers by ``names`` when given (``names[i]`` is worker i);
         ``Workflow.parse(w.to_text(names), names) == w``."""
-        lines = [f"reasoning = {json.dumps(self.reasoning, ensure_ascii=False)}"] if self.reasoning else []
+        lines = [f"{REASONING_FIELD} = {json.dumps(self.reasoning, ensure_ascii=False)}"] if self.reasoning else []
         workers = [s.worker if names is None else names[s.worker] for s in self.steps]
+        access = [s.access if s.access == ACCESS_ALL else list(s.access) for s in self.steps]
         lines += [
-            f"model_id = {json.dumps(workers, ensure_ascii=False)}",
-            f"subtasks = {json.dumps([s.subtask for s in self.steps], ensure_ascii=False)}",
-            f"access_list = {json.dumps([s.access if s.access == 'all' else list(s.access) for s in self.steps])}",
+            f"{MODEL_ID_FIELD} = {json.dumps(workers, ensure_ascii=False)}",
+            f"{SUBTASKS_FIELD} = {json.dumps([s.subtask for s in self.steps], ensure_ascii=False)}",
+            f"{ACCESS_LIST_FIELD} = {json.dumps(access)}",
         ]
         if any(s.role is not None for s in self.steps):
-            lines.append(f"roles = {json.dumps([s.role or '' for s in self.steps], ensure_ascii=False)}")
+            lines.append(f"{ROLES_FIELD} = {json.dumps([s.role or '' for s in self.steps], ensure_ascii=False)}")
         return "\n".join(lines)
 
     def to_mermaid(self, worker_names: list[str] | None = None) -> str:
@@ -225,8 +237,8 @@ def _scan_fields(text: str) -> tuple[dict[str, object], list[tuple[int, int]]]:
         if end is None:  # unterminated: nothing after it can be trusted as a separate field
             break
         raw = text[start:end]
-        if name not in values and (name == "reasoning") == (match["open"] == '"'):
-            values[name] = _read_string(raw) if name == "reasoning" else _read_list(raw)
+        if name not in values and (name == REASONING_FIELD) == (match["open"] == '"'):
+            values[name] = _read_string(raw) if name == REASONING_FIELD else _read_list(raw)
             spans.append((match.start(), end))
         pos = end
     return values, spans
@@ -313,8 +325,8 @@ def _as_worker(value: object, names: Sequence[str] | None = None) -> int | None:
 def _as_access(value: object) -> Access | None:
     if isinstance(value, str):
         word = value.strip().lower()
-        if word == "all":
-            return "all"
+        if word == ACCESS_ALL:
+            return ACCESS_ALL
         if word in ("", "none", "[]"):
             return ()
         value = [value]

@@ -27,12 +27,8 @@ import yaml
 
 from conductor._imports import import_object
 from conductor.errors import ConfigError, invalid_config
-from conductor.modules._aggregate import CheckWorker, VoteWorker
-from conductor.modules._calculator import CalculatorWorker
-from conductor.modules._replay import ReplayWorker
-from conductor.modules._sandbox import PythonWorker
-from conductor.modules._tools import ToolWorker, as_worker
-from conductor.modules._worker import LMWorker, Price, Worker
+from conductor.modules.tools import CalculatorWorker, CheckWorker, PythonWorker, VoteWorker
+from conductor.modules.workers import LMWorker, Price, ReplayWorker, ToolWorker, Worker, as_worker
 
 BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 
-from conductor.modules._worker import Completion, Messages, Worker
+from conductor.modules.workers._worker import Completion, Messages, Worker
 
 
 class ReplayWorker(Worker):

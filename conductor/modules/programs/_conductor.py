@@ -24,13 +24,12 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 from dspy.utils.usage_tracker import UsageTracker, track_usage
 
 from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid_config
-from conductor.modules._config import ConductorConfig, named_role
-from conductor.modules._executor import Budget, Executor, RunError, RunResult, Usage
-from conductor.modules._pool import WorkerPool
-from conductor.modules._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
-from conductor.modules._prompts import WorkflowAdapter
-from conductor.modules._worker import Price, context_window, lm_price, prompt_tokens
-from conductor.modules._workflow import Limits, Step, Workflow
+from conductor.modules.pool import WorkerPool
+from conductor.modules.programs._config import ConductorConfig, named_role
+from conductor.modules.programs._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
+from conductor.modules.run import Budget, Executor, RunError, RunResult, Usage
+from conductor.modules.workers import Price, context_window, lm_price, prompt_tokens
+from conductor.modules.workflow import Limits, Step, Workflow, WorkflowAdapter
 from conductor.signatures import Orchestrate, Revise
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ import time
 from typing import Any, Literal
 
 from conductor.errors import CodeTimeout, ToolInputError, WorkerError
-from conductor.modules._tools import TRUNCATED, ToolWorker
+from conductor.modules.workers import TRUNCATED, ToolWorker
 
 logger = logging.getLogger(__name__)
 
@@ -345,52 +345,85 @@ def run_python(
     if isolation not in ("bwrap", "none"):
         raise ValueError(f"isolation must be 'bwrap' or 'none', not {isolation!r}")
     cpu_s = math.ceil(timeout_s) + 1
-    isolated = isolation == "bwrap"
-    if isolated:
+    bwrap = None
+    if isolation == "bwrap":
         bwrap = _bwrap_path()
         _check_bwrap(bwrap)
+    python = _python_command(memory_mb, cpu_s, isolated=bwrap is not None)
+    with contextlib.ExitStack() as cleanup:
+        command, workdir, env, fds = _launch(cleanup, python, bwrap)
+        out, err, stopped, returncode = _run_child(command, workdir, env, fds, code, timeout_s, max_output_chars * 4)
+    if stopped == "timeout":
+        raise CodeTimeout(f"the code ran past its time limit of {timeout_s:g} s and was stopped")
+    if bwrap is not None and returncode > 128:  # bwrap reports a child killed by signal N as 128 + N
+        returncode = 128 - returncode
+    return _answer(out, err, stopped, returncode, max_output_chars, cpu_s, memory_mb)
+
+
+def _python_command(memory_mb: int, cpu_s: int, *, isolated: bool) -> list[str]:
+    """The interpreter running the bootstrap (limits, audit hook, then the program read from stdin) with its limits."""
     bootstrap = _LIMITS + _AUDIT_HOOK + _RUN
     python = [sys.executable, "-I", "-B", "-u", "-c", bootstrap, str(memory_mb * 2**20), str(cpu_s)]
     python += [str(_MAX_FILE_BYTES), str(_MAX_THREADS if isolated else 0)]
-    with contextlib.ExitStack() as cleanup:
-        if isolated:
-            seccomp_fd = cleanup.enter_context(_seccomp_fd())
-            command, workdir, env, fds = _bwrap_command(bwrap, seccomp_fd) + python, None, {}, _fds(seccomp_fd)
-        else:
-            workdir = cleanup.enter_context(
-                tempfile.TemporaryDirectory(prefix="conductor-python-", ignore_cleanup_errors=True)
-            )
-            command, env, fds = python, _sandbox_env(workdir), ()
-        deadline = time.monotonic() + timeout_s
-        # No preexec_fn (unsafe with threads, and workers are called from several): the bootstrap sets the limits.
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-            pass_fds=fds,
-        )
+    return python
+
+
+def _launch(
+    cleanup: contextlib.ExitStack, python: list[str], bwrap: str | None
+) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
+    """How to start ``python``: the command, its working directory, environment and inherited file descriptors.
+    Under ``bwrap`` (its path), inside the sandbox with the seccomp filter; without, in a fresh temporary directory.
+    What they need open stays open until ``cleanup`` closes."""
+    if bwrap is not None:
+        seccomp_fd = cleanup.enter_context(_seccomp_fd())
+        return _bwrap_command(bwrap, seccomp_fd) + python, None, {}, _fds(seccomp_fd)
+    workdir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="conductor-python-", ignore_cleanup_errors=True))
+    return python, workdir, _sandbox_env(workdir), ()
+
+
+def _run_child(
+    command: list[str],
+    workdir: str | None,
+    env: dict[str, str],
+    fds: tuple[int, ...],
+    code: str,
+    timeout_s: float,
+    stdout_cap: int,
+) -> tuple[bytes, bytes, str | None, int]:
+    """Start ``command``, hand it ``code`` on stdin and collect its output (see ``_collect``) until ``timeout_s``
+    passes; then kill whatever is left of it. Returns stdout, the tail of stderr, why it stopped early, exit status."""
+    deadline = time.monotonic() + timeout_s
+    # No preexec_fn (unsafe with threads, and workers are called from several): the bootstrap sets the limits.
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env,
+        start_new_session=True,
+        pass_fds=fds,
+    )
+    try:
         try:
-            try:
-                proc.stdin.write(code.encode("utf-8", "replace"))  # type: ignore[union-attr]
-                proc.stdin.close()  # type: ignore[union-attr]
-            except BrokenPipeError:
-                pass  # the child died at start; its stderr says why
-            out, err, stopped = _collect(proc, deadline, max_output_chars * 4)
-        finally:
-            _kill_group(proc)
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                with contextlib.suppress(BrokenPipeError):  # stdin may still hold code the child never read
-                    stream.close()  # type: ignore[union-attr]
-    if stopped == "timeout":
-        raise CodeTimeout(f"the code ran past its time limit of {timeout_s:g} s and was stopped")
-    returncode = proc.returncode
-    if isolated and returncode > 128:  # bwrap reports a child killed by signal N as 128 + N
-        returncode = 128 - returncode
+            proc.stdin.write(code.encode("utf-8", "replace"))  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            pass  # the child died at start; its stderr says why
+        out, err, stopped = _collect(proc, deadline, stdout_cap)
+    finally:
+        _kill_group(proc)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(BrokenPipeError):  # stdin may still hold code the child never read
+                stream.close()  # type: ignore[union-attr]
+    return out, err, stopped, proc.returncode
+
+
+def _answer(
+    out: bytes, err: bytes, stopped: str | None, returncode: int, max_output_chars: int, cpu_s: int, memory_mb: int
+) -> str:
+    """What the tool answers: the program's output, cut and marked when too long, then how it failed, if it did."""
     text = out.decode("utf-8", "replace")
     truncated = stopped == "output" or len(text) > max_output_chars
     parts = [f"{text[:max_output_chars]}\n{TRUNCATED}" if truncated else text.rstrip("\n")]

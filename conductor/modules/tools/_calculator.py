@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conductor.errors import ToolInputError
-from conductor.modules._tools import ToolWorker
+from conductor.modules.workers import ToolWorker
 
 _MAX_EXPRESSION_CHARS = 1000
 _MAX_DIGITS = 10_000

@@ -1,0 +1,18 @@
+"""The programs that answer a user's signature over a worker pool: ``PoolProgram`` (what every such method shares),
+the ``Conductor`` (a DSPy module whose LM writes each workflow) and ``ConductorConfig`` (its options, listed once)."""
+
+from conductor.modules.programs._conductor import SELF_NAME, AskRevision, Conductor, ConductorReply
+from conductor.modules.programs._config import ConductorConfig, WorkerIds
+from conductor.modules.programs._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
+
+__all__ = [
+    "DIRECT_SUBTASK",
+    "SELF_NAME",
+    "AskRevision",
+    "Conductor",
+    "ConductorConfig",
+    "ConductorReply",
+    "PoolProgram",
+    "ProgramOptions",
+    "WorkerIds",
+]
