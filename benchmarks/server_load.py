@@ -27,7 +27,7 @@ import time
 
 import aiohttp
 
-from conductor.cli._serve import listening_socket
+from conductor.deploy import listening_socket
 
 WORKER_DELAY_S = 0.020
 WORKFLOW = 'model_id = [0, 1]\nsubtasks = ["plan it", "solve it"]\naccess_list = [[], "all"]'

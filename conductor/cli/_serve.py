@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,10 @@ from conductor.deploy import (
     KeyStore,
     create_app,
     import_serving,
+    listening_socket,
     load_program,
 )
-from conductor.errors import ConductorError, ConfigError
+from conductor.errors import ConductorError
 
 
 def register(commands) -> None:
@@ -105,26 +105,6 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         program.pool.close()
     return 0
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The TCP socket the ``--workers`` processes share, made as asyncio makes its own (``getaddrinfo``'s protocol,
-    so accepted connections get TCP_NODELAY). uvicorn's ``--workers`` binds one with protocol 0, which leaves Nagle's
-    algorithm on: about 40 ms more per keep-alive request on Linux (Kludex/uvicorn#3149)."""
-    sock = None
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        if sock is not None:
-            sock.close()
-        raise ConfigError(f"can't listen on {host}:{port}: {exc.strerror}") from exc
-    sock.set_inheritable(True)
-    return sock
 
 
 def app_from_environment():

@@ -2,7 +2,8 @@
 
 ``save_program`` / ``load_program`` (aliases ``save`` / ``load``, also ``conductor.save`` / ``conductor.load``) need
 nothing beyond the core package; ``create_app`` needs FastAPI (``pip install 'dspy-conductor[serve]'``) and imports
-it only when called. Governance of a served program: API keys with allowed workers and budgets (``KeyStore``,
+it only when called (the server is ``conductor.deploy.server``; ``listening_socket`` is the socket several server
+processes share). Governance of a served program: API keys with allowed workers and budgets (``KeyStore``,
 ``SpendLedger``) and an append-only audit log (``AuditLog``). ``conductor_lm`` reads the one way a conductor LM is
 named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever one is.
 """
@@ -22,14 +23,15 @@ from conductor.deploy._governance import (
     read_keys_file,
 )
 from conductor.deploy._naming import conductor_lm, conductor_policy, is_trainable
-from conductor.deploy._server import (
+from conductor.deploy._trust import ProgramReview, review_program
+from conductor.deploy.server import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_TIMEOUT_S,
     create_app,
     import_serving,
+    listening_socket,
 )
-from conductor.deploy._trust import ProgramReview, review_program
 
 load, save = load_program, save_program
 
@@ -57,6 +59,7 @@ __all__ = [
     "hash_key",
     "import_serving",
     "is_trainable",
+    "listening_socket",
     "load",
     "load_program",
     "load_program_pool",

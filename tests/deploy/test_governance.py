@@ -106,7 +106,7 @@ def test_requests_need_a_known_key(serve):
 
 
 def test_a_server_without_keys_stays_open_and_says_so(caplog):
-    with caplog.at_level(logging.WARNING, logger="conductor.deploy._server"):
+    with caplog.at_level(logging.WARNING, logger="conductor.deploy.server._app"):
         client = TestClient(create_app(team()))
     assert "no API keys are configured" in caplog.text
     assert ask(client, None).status_code == 200
