@@ -27,7 +27,7 @@ import torch
 from conductor.conductor_lm import ConductorLM, LoraSpec
 from conductor.errors import WorkflowError
 from conductor.modules import Conductor, WorkerPool, Workflow
-from conductor.optimizers._warm_start import WarmStartConfig, synthetic_workflows, warm_start
+from conductor.optimizers import WarmStartConfig, synthetic_workflows, warm_start
 from conductor.testing import ScriptedWorker
 
 CAPITALS = [

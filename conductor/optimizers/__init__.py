@@ -1,18 +1,23 @@
-"""Optimizers for conductor programs: rewards, GRPO on the conductor's weights, prompt search, budget tuning."""
+"""Optimizers for conductor programs, one method a room: the supervised warm start (``finetune/``), expert iteration,
+GRPO on the conductor's weights (``grpo/``), prompt search, budget tuning, and the compiler that alternates them;
+and what they share: rewards, the rollout loop (``run_and_score``), evaluation.
+
+Importing this package needs no torch; ``GRPOConfig`` and ``GRPOTrainer`` load ``grpo`` (and torch) when first used.
+"""
 
 from conductor.optimizers._budget import BudgetSpace, BudgetTuner, TunedPoint
 from conductor.optimizers._compiler import ConductorCompiler, PhaseRecord
 from conductor.optimizers._evaluate import evaluate_program
-from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
+from conductor.optimizers._expert_iteration import ExpertIterationConfig, ExpertIterationReport, expert_iteration
+from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot
 from conductor.optimizers._rewards import Reward, RewardConfig, score
-from conductor.optimizers._warm_start import (
-    ExpertIterationConfig,
-    ExpertIterationReport,
+from conductor.optimizers._rollouts import RolloutJob, ScoredRun, rollout_program, run_and_score
+from conductor.optimizers.finetune import (
     TemplateStep,
     TemplateWarmStartConfig,
     WarmStartConfig,
     WarmStartReport,
-    expert_iteration,
     from_predictions,
     synthetic_workflows,
     templated_workflows,
@@ -42,6 +47,8 @@ __all__ = [
     "PromptSearch",
     "Reward",
     "RewardConfig",
+    "RolloutJob",
+    "ScoredRun",
     "TemplateStep",
     "TemplateWarmStartConfig",
     "TunedPoint",
@@ -52,6 +59,8 @@ __all__ = [
     "evaluate_program",
     "expert_iteration",
     "from_predictions",
+    "rollout_program",
+    "run_and_score",
     "score",
     "synthetic_workflows",
     "templated_workflows",

@@ -26,7 +26,8 @@ from dspy.teleprompt import Teleprompter
 
 from conductor.errors import ConductorError, ConfigError, MissingDependency
 from conductor.modules import Conductor
-from conductor.optimizers._prompt_search import TUNE_EXTRA_HINT, WorkflowMetric, import_optuna
+from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers._optuna import TUNE_EXTRA_HINT, import_optuna
 from conductor.optimizers._rewards import Metric
 
 logger = logging.getLogger(__name__)

@@ -26,15 +26,9 @@ from conductor.errors import ConductorError
 from conductor.local import trainable_policy
 from conductor.modules import Conductor
 from conductor.optimizers._evaluate import evaluate_program
-from conductor.optimizers._prompt_search import WorkflowMetric
-from conductor.optimizers._warm_start import (
-    ExpertIterationConfig,
-    TemplateWarmStartConfig,
-    check_templates,
-    expert_iteration,
-    templated_workflows,
-    warm_start,
-)
+from conductor.optimizers._expert_iteration import ExpertIterationConfig, expert_iteration
+from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers.finetune import TemplateWarmStartConfig, check_templates, templated_workflows, warm_start
 
 logger = logging.getLogger(__name__)
 

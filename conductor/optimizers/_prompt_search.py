@@ -1,4 +1,4 @@
-"""Prompt and program search for the ``Conductor``, done by DSPy's own optimizers.
+"""Prompt search for the ``Conductor`` (instructions and few-shot workflows), done by DSPy's own optimizers.
 
 ``WorkflowFewShot`` searches the conductor's few-shot example workflows (the paper's most damaging ablation:
 LiveCodeBench fell from 64.3 to 54.9 without them) with ``dspy.BootstrapFewShotWithRandomSearch``. ``PromptSearch``
@@ -8,10 +8,11 @@ also compile a ``Conductor`` as they are (the conductor LM survives ``reset_copy
 prompts, bootstrapped demos are workflows: see ``conductor.modules``). These wrappers add what a stock optimizer can't
 know about the Conductor:
 
-- ``WorkflowMetric``: only a run whose own workflow ran counts as a success while bootstrapping. (A workflow that
-  can't run never becomes a demo anyway, but with a stock metric the run the fallback answered still gives its
-  worker step as a role demo, and ``threshold`` turns a graded metric into DSPy's pass or fail.) A metric that raises
-  is reported before the search starts instead of scoring every candidate 0;
+- ``WorkflowMetric`` (``_metric.py``, shared with budget tuning and the compiler): only a run whose own workflow ran
+  counts as a success while bootstrapping. (A workflow that can't run never becomes a demo anyway, but with a stock
+  metric the run the fallback answered still gives its worker step as a role demo, and ``threshold`` turns a graded
+  metric into DSPy's pass or fail.) A metric that raises is reported before the search starts instead of scoring
+  every candidate 0;
 - settings that fit: no labeled demos (they would take demo slots and show nothing), the candidate sets worth trying,
   and the conductor's LM as MIPROv2's task model and as the default LM while searching;
 - checked inputs: a non-Conductor student, an empty trainset or valset, a program without an LM.
@@ -21,71 +22,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
 import dspy
 from dspy.teleprompt import Teleprompter
 
-from conductor.errors import ConductorError, ConfigError, MissingDependency
+from conductor.errors import ConfigError
 from conductor.modules import Conductor
+from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers._optuna import import_optuna
 from conductor.optimizers._rewards import Metric
 
 logger = logging.getLogger(__name__)
-
-TUNE_EXTRA_HINT = "pip install 'dspy-conductor[tune]'"
-
-
-def import_optuna(feature: str) -> ModuleType:
-    """Optuna, or ``MissingDependency`` naming the extra that installs it."""
-    try:
-        import optuna
-    except ImportError as exc:
-        raise MissingDependency(f"{feature} needs Optuna: {TUNE_EXTRA_HINT} ({exc})") from exc
-    return optuna
-
-
-class WorkflowMetric:
-    """The user's ``metric(example, prediction)`` as DSPy's optimizers call it on ``Conductor`` predictions.
-
-    Evaluating (no ``trace``), it is the metric's value for the answer. Bootstrapping (DSPy passes the ``trace``), it
-    is 1.0 only when the conductor's own workflow ran (not the fallback after a format error) and the metric reached
-    ``threshold``, so only such workflows become few-shot demos. A metric that raises scores 0 and is logged, as a
-    rollout's reward does; ``check`` catches a metric that can't score at all. ``pred_name`` and ``pred_trace`` are
-    GEPA's per-predictor arguments; the score is the whole run's.
-    """
-
-    def __init__(self, metric: Metric, threshold: float = 1.0):
-        self.metric = metric
-        self.threshold = threshold
-
-    def __call__(
-        self,
-        example: dspy.Example,
-        prediction: dspy.Prediction,
-        trace: list | None = None,
-        pred_name: str | None = None,
-        pred_trace: list | None = None,
-    ) -> float:
-        if trace is not None and not _own_workflow_ran(prediction):
-            return 0.0
-        try:
-            value = float(self.metric(example, prediction))
-        except Exception as exc:  # one bad example must not end a search: it scores 0, as in training
-            logger.warning("the metric raised (scored 0): %s: %s", type(exc).__name__, exc)
-            return 0.0
-        return value if trace is None else float(value >= self.threshold)
-
-    def check(self, program: dspy.Module, example: dspy.Example) -> None:
-        """Run ``program`` on ``example`` and raise ``ConductorError`` if the metric raises on the result: a metric
-        that can't score would make every candidate score 0, and a search would silently keep its baseline."""
-        prediction = program(**example.inputs())
-        try:
-            self.metric(example, prediction)
-        except Exception as exc:
-            raise ConductorError(
-                f"the metric raised on the first example ({type(exc).__name__}: {exc}); fix it before searching"
-            ) from exc
 
 
 class WorkflowFewShot(Teleprompter):
@@ -215,8 +163,3 @@ def _search(
         )
     logger.info("prompt search done: %d conductor demos", len(result.orchestrate.demos))
     return result
-
-
-def _own_workflow_ran(prediction: dspy.Prediction) -> bool:
-    error = prediction.get("error")
-    return prediction.get("workflow") is not None and (error is None or error.kind != "format")

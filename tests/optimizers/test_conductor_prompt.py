@@ -16,8 +16,8 @@ from dspy.utils.callback import BaseCallback  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, Sample  # noqa: E402
 from conductor.modules import Conductor, WorkerPool, Workflow  # noqa: E402
-from conductor.modules._prompts import workflow_fields  # noqa: E402
-from conductor.optimizers._warm_start import training_pairs  # noqa: E402
+from conductor.modules.workflow import workflow_fields  # noqa: E402
+from conductor.optimizers.finetune import training_pairs  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig  # noqa: E402
 from conductor.optimizers.grpo._rollouts import RolloutCollector  # noqa: E402
 from conductor.testing import ScriptedWorker, scripted_lm  # noqa: E402

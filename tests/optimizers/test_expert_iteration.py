@@ -15,7 +15,8 @@ import dspy  # noqa: E402
 
 from conductor.errors import ConductorError  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, WarmStartConfig, expert_iteration  # noqa: E402
-from conductor.optimizers._warm_start import _spread_over_questions, completion_nll, training_pairs  # noqa: E402
+from conductor.optimizers._expert_iteration import _spread_over_questions  # noqa: E402
+from conductor.optimizers.finetune import completion_nll, training_pairs  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     BROKEN,
     RIGHT,
@@ -85,7 +86,7 @@ def test_the_workflows_that_scored_are_kept_per_family_and_trained_on() -> None:
 def test_a_family_that_never_scored_is_named_and_left_out(caplog: pytest.LogCaptureFixture) -> None:
     trainset = examples({"x": "4", "z": "6"})  # no worker answers 6
     policy, conductor = tiny(), program()
-    with caplog.at_level(logging.WARNING, logger="conductor.optimizers._warm_start"):
+    with caplog.at_level(logging.WARNING, logger="conductor.optimizers._expert_iteration"):
         report = expert_iteration(policy, conductor, trainset, exact, config(), logits_processor=Choice(policy, TEXTS))
     assert report.right["z"] == 0 and report.kept["z"] == 0
     assert "no sampled workflow was kept for z" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 
 from conductor.errors import ConductorError, ConfigError, MissingDependency
 from conductor.modules import Completion, Conductor, WorkerPool
-from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot, WorkflowMetric
+from conductor.optimizers import PromptSearch, WorkflowFewShot, WorkflowMetric
 from conductor.testing import ScriptedWorker, scripted_lm
 
 

@@ -14,8 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 from conductor.conductor_lm import ConductorLM, Sample  # noqa: E402
 from conductor.errors import ConductorError, ConfigError  # noqa: E402
 from conductor.modules import Conductor, RunError, Step, StepTrace, WorkerPool, Workflow  # noqa: E402
-from conductor.modules._prompts import workflow_fields  # noqa: E402
-from conductor.optimizers._warm_start import (  # noqa: E402
+from conductor.modules.workflow import workflow_fields  # noqa: E402
+from conductor.optimizers.finetune import (  # noqa: E402
     TemplateStep,
     TemplateWarmStartConfig,
     WarmStartConfig,

@@ -22,8 +22,9 @@ from conductor._ray import ONE_THREAD, connect
 from conductor.conductor_lm import ConductorLM
 from conductor.modules import Conductor
 from conductor.optimizers._rewards import Metric
+from conductor.optimizers._rollouts import ProcessorFactory
 from conductor.optimizers.grpo._config import GRPOConfig
-from conductor.optimizers.grpo._rollouts import ProcessorFactory, RolloutBatch, RolloutCollector, shard_examples
+from conductor.optimizers.grpo._rollouts import RolloutBatch, RolloutCollector, shard_examples
 
 RESTARTS = 3
 """How often an actor that died is restarted, and a shard it was running retried, before the run fails."""

@@ -1,16 +1,18 @@
-"""Rollouts: for each example of a step, sample G workflows from the conductor policy and run every one over the pool.
+"""GRPO's rollouts: for each example of a step, sample G workflows from the conductor policy and run every one over
+the pool, through the optimizers' one rollout loop (``conductor/optimizers/_rollouts.py``).
 
 The user's ``Conductor`` owns the prompt and how a completion becomes a workflow, so the policy trains on exactly the
 prompt it gets at inference and its workflows are read and run exactly as they will be:
 
-1. a copy of the program over the example's pool (``copy_with``, without fallback: a format error earns 0 whatever a
-   fallback answers, so training doesn't pay for one) gives the messages (``Conductor.prompt_messages``);
-2. the policy samples G completions per prompt, all examples of a shard in one batch (``rollout_workers`` shards
-   per step, one by default; with Ray each shard runs in its own actor, ``_actors.py``);
+1. a copy of the program over the example's pool (``rollout_program``, without fallback: a format error earns 0
+   whatever a fallback answers, so training doesn't pay for one) gives the messages (``Conductor.prompt_messages``);
+2. the policy samples G completions per prompt, all examples of a shard in one batch (``sample_workflows``;
+   ``rollout_workers`` shards per step, one by default; with Ray each shard runs in its own actor, ``_actors.py``);
 3. the copy reads each completion (``read_completion``) and runs it (``run_reply``), and ``score`` turns the
-   prediction into a reward. Runs go to a thread pool. When the workflow names the conductor (a recursive round),
-   the round's messages (``revision_messages``) get one completion sampled from the policy then and there, under
-   the round's own logits processor (the grammar of a recursive round); the rollout keeps every round's sample.
+   prediction into a reward (``run_and_score``). Runs go to a thread pool. When the workflow names the conductor (a
+   recursive round), the round's messages (``revision_messages``) get one completion sampled from the policy then
+   and there, under the round's own logits processor (the grammar of a recursive round); the rollout keeps every
+   round's sample.
 
 Everything random is seeded from the run's seed, the step, the shard and the example's place, never from global RNG
 drift or from which process runs a shard, so a resumed run samples what an uninterrupted one would, and a run on Ray
@@ -22,34 +24,30 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import dspy
 
 from conductor._ray import consecutive_shards
-from conductor.conductor_lm import ConductorLM, LogitsProcessorLike, Sample
-from conductor.modules import Conductor, ConductorReply, RunError, Usage, WorkerPool, Workflow
-from conductor.optimizers._rewards import Metric, Reward, score
+from conductor.conductor_lm import ConductorLM, Sample
+from conductor.modules import AskRevision, Conductor, ConductorReply, RunError, Usage, WorkerPool, Workflow
+from conductor.optimizers._rewards import Metric, Reward
+from conductor.optimizers._rollouts import (
+    ProcessorFactory,
+    Processors,
+    RolloutJob,
+    Sampling,
+    ScoredRun,
+    rollout_program,
+    run_and_score,
+    sample_workflows,
+)
 from conductor.optimizers.grpo._config import GRPOConfig
 
 logger = logging.getLogger(__name__)
-
-ProcessorFactory = Callable[[Conductor, int], LogitsProcessorLike]
-"""Makes the logits processor for the prompts of round ``depth`` (0: the first) over one pool (e.g. the workflow
-grammar of that round, ``constraint_factory``). Called once per grammar (``grammar_key``) and round; the processor
-is reused."""
-
-
-def grammar_key(conductor: Conductor) -> tuple[int | str, ...]:
-    """What the workflow grammar over ``conductor``'s pool depends on: the pool's size, and, when workflows name
-    workers (``worker_ids: names``), which workers it holds (not their order: the grammar lists names sorted)."""
-    names = sorted(conductor.pool.names) if conductor.worker_ids == "names" else []
-    return (len(conductor.pool), *names)
 
 
 def derive_seed(*keys: int | str) -> int:
@@ -154,8 +152,8 @@ class RolloutCollector:
         self.metric = metric
         self.config = config
         self.logits_processor = logits_processor
-        self._processors: dict[tuple[int | str, ...], LogitsProcessorLike] = {}
-        self._processors_lock = threading.Lock()
+        self.processors = Processors(logits_processor)
+        self.sampling = Sampling(config.max_new_tokens, config.temperature, config.top_p)
 
     def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int) -> RolloutBatch:
         """``config.group_size`` rollouts for each ``(index, example)``, shard after shard; an example whose prompt
@@ -169,7 +167,44 @@ class RolloutCollector:
     def collect_shard(self, examples: Sequence[tuple[int, int, dspy.Example]], step: int, shard: int) -> RolloutBatch:
         """The rollouts of one shard of ``shard_examples``: ``(position in the step, index, example)`` triples."""
         started = time.perf_counter()
-        jobs = []
+        prompted = self._prompted(examples, step)
+        samples = sample_workflows(
+            self.policy,
+            [(conductor, conductor.prompt_messages(question)) for *_, conductor, question in prompted],
+            self.config.group_size,
+            self.sampling,
+            self.processors,
+            # shard 0 keeps the seeds of a run in one shard (before shards existed), so those runs reproduce
+            lambda key: derive_seed(self.config.seed, "sample", step, *key, *([shard] if shard else [])),
+        )
+        sampled = time.perf_counter()
+        jobs: list[RolloutJob] = []
+        rounds: list[list[Sample]] = []  # per rollout: the sampled workflow, then one sample per recursive round
+        indices: list[int] = []
+        for (position, index, example, conductor, question), group in zip(prompted, samples, strict=True):
+            for g, sample in enumerate(group):
+                rounds.append([sample])
+                ask = self._ask_revision(conductor, rounds[-1], (step, position, g))
+                jobs.append(RolloutJob(example, sample.text, conductor, question, _usage(sample), ask))
+                indices.append(index)
+        runs = run_and_score(
+            self.program,
+            jobs,
+            self.metric,
+            self.config.reward,
+            threads=self.config.max_parallel_rollouts,
+            thread_name_prefix="grpo-rollout",
+        )
+        made = iter(map(_rollout, indices, rounds, jobs, runs))
+        groups = [[next(made) for _ in group] for group in samples]
+        return RolloutBatch(groups, sampled - started, time.perf_counter() - sampled)
+
+    def _prompted(
+        self, examples: Sequence[tuple[int, int, dspy.Example]], step: int
+    ) -> list[tuple[int, int, dspy.Example, Conductor, str]]:
+        """Each example with the program over its pool (``_conductor``) and its question; an example that gives the
+        conductor no prompt is left out with a warning."""
+        prompted = []
         for position, index, example in examples:
             conductor = self._conductor(step, position)
             question = conductor.question_text(example.inputs())
@@ -178,21 +213,8 @@ class RolloutCollector:
                     "step %d: example %d gives the conductor no prompt (%s); left out", step, index, question
                 )
                 continue
-            jobs.append((position, index, example, conductor, question))
-        samples = self._sample(
-            [(conductor, conductor.prompt_messages(question)) for *_, conductor, question in jobs], step, shard
-        )
-        sampled = time.perf_counter()
-        with ThreadPoolExecutor(self.config.max_parallel_rollouts, thread_name_prefix="grpo-rollout") as threads:
-            futures = [
-                [
-                    threads.submit(self._run, index, example, conductor, question, sample, (step, position, g))
-                    for g, sample in enumerate(group)
-                ]
-                for (position, index, example, conductor, question), group in zip(jobs, samples, strict=True)
-            ]
-            groups = [[future.result() for future in group] for group in futures]
-        return RolloutBatch(groups, sampled - started, time.perf_counter() - sampled)
+            prompted.append((position, index, example, conductor, question))
+        return prompted
 
     def _conductor(self, step: int, position: int) -> Conductor:
         """The program over the pool of the step's ``position``-th example, without fallback (see the docstring)."""
@@ -200,81 +222,39 @@ class RolloutCollector:
         if self.config.randomise_pool:
             rng = random.Random(derive_seed(self.config.seed, "pool", step, position))
             pool = random_pool(pool, rng, self.config.min_pool_size, self.config.max_pool_size)
-        conductor = self.program.copy_with(pool=pool)
-        conductor.fallback = "none"
-        return conductor
+        return rollout_program(self.program, pool)
 
-    def _sample(self, jobs: list[tuple[Conductor, list[dict[str, str]]]], step: int, shard: int) -> list[list[Sample]]:
-        """G samples per prompt, in one batch per grammar (``grammar_key``; one batch in all without a logits
-        processor). Shard 0 keeps the seeds of a run in one shard (before shards existed), so those runs reproduce."""
-        by_key: dict[tuple[int | str, ...], list[int]] = {}
-        for i, (conductor, _) in enumerate(jobs):
-            by_key.setdefault(grammar_key(conductor) if self.logits_processor else (0,), []).append(i)
-        out: list[list[Sample]] = [[] for _ in jobs]
-        for key, members in by_key.items():
-            processor = self._processor(jobs[members[0]][0], 0)
-            rows = self.policy.sample(
-                [jobs[i][1] for i in members],
-                self.config.group_size,
-                max_new_tokens=self.config.max_new_tokens,
-                temperature=self.config.temperature,
-                top_p=self.config.top_p,
-                seed=derive_seed(self.config.seed, "sample", step, *key, *([shard] if shard else [])),
-                logits_processor=processor,
-            )
-            for i, row in zip(members, rows, strict=True):
-                out[i] = row
-        return out
-
-    def _processor(self, conductor: Conductor, depth: int) -> LogitsProcessorLike | None:
-        """The logits processor of round ``depth`` over ``conductor``'s pool, made once (runs ask from threads)."""
-        if self.logits_processor is None:
-            return None
-        with self._processors_lock:
-            key = (*grammar_key(conductor), depth)
-            if key not in self._processors:
-                self._processors[key] = self.logits_processor(conductor, depth)
-            return self._processors[key]
-
-    def _run(
-        self,
-        index: int,
-        example: dspy.Example,
-        conductor: Conductor,
-        question: str,
-        sample: Sample,
-        place: tuple[int, int, int],
-    ) -> Rollout:
-        """Read ``sample`` and run it through ``conductor`` (validate, execute, recursive rounds), then score the
-        prediction. ``place`` is ``(step, position of the example in the step, index of the sample in its group)``:
-        a recursive round's sample is seeded from it and the round."""
-        samples = [sample]
+    def _ask_revision(self, conductor: Conductor, samples: list[Sample], place: tuple[int, int, int]) -> AskRevision:
+        """How a rollout through ``conductor`` asks for a recursive round: one completion sampled from the policy then
+        and there, under the round's logits processor, and appended to ``samples``. ``place`` is ``(step, position of
+        the example in the step, index of the sample in its group)``: the round's sample is seeded from it and the
+        round."""
 
         def ask_revision(question: str, workflow: Workflow, previous: dspy.Prediction, depth: int) -> ConductorReply:
-            (revision,) = self.policy.sample(
+            (revision,) = self.sampling.sample(
+                self.policy,
                 [conductor.revision_messages(question, workflow, previous, depth)],
                 1,
-                max_new_tokens=self.config.max_new_tokens,
-                temperature=self.config.temperature,
-                top_p=self.config.top_p,
                 seed=derive_seed(self.config.seed, "recurse", *place, depth),
-                logits_processor=self._processor(conductor, depth),
+                logits_processor=self.processors(conductor, depth),
             )[0]
             samples.append(revision)
             return conductor.read_completion(revision.text, depth)._replace(usage=_usage(revision))
 
-        reply = conductor.read_completion(sample.text)._replace(usage=_usage(sample))
-        prediction = conductor.run_reply(question, reply, ask_revision=ask_revision)
-        reward = score(example, prediction, self.metric, self.config.reward)
-        error = prediction.error
-        return Rollout(
-            example=index,
-            samples=tuple(samples),
-            workers=tuple(conductor.pool.names),
-            reward=reward,
-            answer=prediction.response,
-            error=None if error is None else str(error),
-        )
+        return ask_revision
+
+
+def _rollout(index: int, samples: list[Sample], job: RolloutJob, run: ScoredRun) -> Rollout:
+    """The rollout of the ``index``-th training example that ``job`` ran, with every round's sample."""
+    error = run.prediction.error
+    return Rollout(
+        example=index,
+        samples=tuple(samples),
+        workers=tuple(job.program.pool.names),
+        reward=run.reward,
+        answer=run.prediction.response,
+        error=None if error is None else str(error),
+    )
 
 
 def _usage(sample: Sample) -> Usage:

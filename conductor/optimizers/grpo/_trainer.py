@@ -1,9 +1,10 @@
 """``GRPOTrainer``: GRPO on the conductor policy's adapter, as a recipe a reader can hold in their head.
 
 Each step takes ``batch_size`` training examples, samples ``group_size`` workflows for each from the policy, runs
-every one over the pool (``_rollouts.py``), turns outcomes into rewards (``score``), normalises them within each
-example's group and takes ``updates_per_batch`` clipped-surrogate steps on them (``_loss.py``). Checkpoints
-(``_checkpoint.py``) and metrics (``_metrics.py``) make a long run resumable and observable.
+every one over the pool (``_rollouts.py``, through the optimizers' rollout loop), turns outcomes into rewards
+(``score``), normalises them within each example's group and takes ``updates_per_batch`` clipped-surrogate steps on
+them (``_loss.py``). Checkpoints (``_checkpoint.py``) and metrics (``_metrics.py``) make a long run resumable and
+observable.
 
 Why not TRL's ``GRPOTrainer`` (the design's first choice; TRL 1.16 and transformers 5.24 as installed):
 
@@ -50,12 +51,13 @@ from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Conductor
 from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
 from conductor.optimizers._rewards import Metric
+from conductor.optimizers._rollouts import ProcessorFactory
 from conductor.optimizers.grpo._actors import RayRollouts, RolloutSetup
 from conductor.optimizers.grpo._checkpoint import checkpoints, no_save_bars, read_checkpoint, write_checkpoint
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import group_advantages, grpo_loss, pad
 from conductor.optimizers.grpo._metrics import MetricsLog, StepMetrics
-from conductor.optimizers.grpo._rollouts import ProcessorFactory, RolloutBatch, RolloutCollector, derive_seed
+from conductor.optimizers.grpo._rollouts import RolloutBatch, RolloutCollector, derive_seed
 
 logger = logging.getLogger(__name__)
 
