@@ -20,7 +20,7 @@ import ray
 import torch
 import yaml
 
-from conductor.experiments import run_benchmark, validate_config
+from conductor.bench import run_benchmark, validate_config
 
 
 def main() -> None:

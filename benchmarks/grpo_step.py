@@ -29,7 +29,6 @@ import dspy
 import torch
 
 from conductor.conductor_lm import ConductorLM
-from conductor.local import _generate
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer
 from conductor.testing import ScriptedWorker
@@ -105,14 +104,9 @@ def _compare_sharing(policy: ConductorLM, prompt: list[int], group: int, max_new
     policy.sample([prompt] * group, 1, **options)  # n=1: G left-padded rows, each with its own pass over the prompt
     copied_sampling = time.perf_counter() - began
     completions = [list(s.token_ids) for s in samples]
-    preallocated = _generate._prefill_to_generate
-    _generate._prefill_to_generate = _growing_cache
-    try:
-        began = time.perf_counter()
-        policy.sample([prompt], group, **options)
-        growing_sampling = time.perf_counter() - began
-    finally:
-        _generate._prefill_to_generate = preallocated
+    began = time.perf_counter()
+    policy.sample([prompt], group, **options, prompt_cache="dynamic")  # a cache that grows by concatenation
+    growing_sampling = time.perf_counter() - began
 
     def score(calls: list[list[int]]) -> float:
         began = time.perf_counter()
@@ -134,12 +128,6 @@ def _compare_sharing(policy: ConductorLM, prompt: list[int], group: int, max_new
           f"{growing_sampling:.2f} s, ratio {growing_sampling / shared_sampling:.2f}")  # fmt: skip
     print(f"  log-probs with gradients: shared prompt {shared_scoring:.2f} s, a call per completion "
           f"{copied_scoring:.2f} s, ratio {copied_scoring / shared_scoring:.2f}")  # fmt: skip
-
-
-def _growing_cache(model, prompt: list[int], rows: int, max_new_tokens: int) -> dict:
-    """The shared prompt's cache as before the preallocated one: a dynamic cache repeated per row, which
-    ``generate`` then grows by concatenation at each new token."""
-    return _generate._prefill(model, prompt[:-1], rows)[1] if len(prompt) > 1 else {}
 
 
 def _add(prompt: str, error: int) -> str:

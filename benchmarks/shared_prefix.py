@@ -18,7 +18,6 @@ import time
 import torch
 
 from conductor.conductor_lm import ConductorLM, LoraSpec
-from conductor.local import _generate
 from conductor.modules import Conductor, WorkerPool
 from conductor.testing import ScriptedWorker
 
@@ -40,26 +39,22 @@ def main() -> None:
     completion = policy.tokenizer(WORKFLOW, add_special_tokens=False)["input_ids"]
     completions = [completion] * args.batch
 
-    def timed() -> tuple[float, list[torch.Tensor]]:
+    def timed(common_prefix: bool) -> tuple[float, list[torch.Tensor]]:
         began = time.perf_counter()
-        scores = policy.sequence_logprobs(prompts, completions, grad=True)
+        scores = policy.sequence_logprobs(prompts, completions, grad=True, common_prefix=common_prefix)
         torch.stack([s.sum() for s in scores]).sum().backward()
         policy.model.zero_grad()
         return time.perf_counter() - began, [s.detach() for s in scores]
 
-    shared_plan = _generate._passes
     shared, per_prompt = [], []
     for _ in range(args.repeats):
-        seconds, together = timed()
+        seconds, together = timed(common_prefix=True)
         shared.append(seconds)
-        _generate._passes = lambda p, c, i: [(tuple(p[k]), [(k, list(c[k]), 0)]) for k in i]  # a pass per prompt
-        try:
-            seconds, alone = timed()
-        finally:
-            _generate._passes = shared_plan
+        seconds, alone = timed(common_prefix=False)  # a pass per prompt
         per_prompt.append(seconds)
     drift = max((a - b).abs().max().item() for a, b in zip(together, alone, strict=True))
-    common = len(shared_plan(prompts, completions, list(range(args.batch)))[0][0])
+    columns = enumerate(zip(*prompts, strict=False))  # token by token, up to the shortest prompt
+    common = next((k for k, tokens in columns if len(set(tokens)) > 1), min(map(len, prompts)))
     print(
         f"{args.batch} questions, prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens sharing "
         f"{common}, {len(completion)}-token workflows, log-probs with gradients (median of {args.repeats}):"

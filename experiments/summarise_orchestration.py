@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from conductor.cli._config import load_run_config
-from conductor.experiments import ALL, RESULTS_FILE, ResultsFile, aggregate
-from conductor.experiments.datasets import example_id
+from conductor.bench import ALL, RESULTS_FILE, ResultsFile, aggregate
+from conductor.bench.datasets import example_id
+from conductor.cli import load_run_config
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 RESULTS = Path(__file__).resolve().parent / "results" / "orchestration"

@@ -30,7 +30,7 @@ from tests.deploy.helpers import compiled_program
 
 CONDUCTOR = Path(sys.executable).with_name("conductor")
 POOL = "workers:\n  - {name: calc, kind: tool, tool: calculator}\n"
-RUN_CONFIG = "data: {loader: 'conductor.experiments.datasets:load_gsm8k', metric: 'os:getcwd'}\noutput_dir: out\n"
+RUN_CONFIG = "data: {loader: 'conductor.bench.datasets:load_gsm8k', metric: 'os:getcwd'}\noutput_dir: out\n"
 NOT_UTF8 = b'{"workers": "\xff\xfe"}'
 
 
@@ -194,7 +194,7 @@ CLI_CASES = {
         "extra: Extra inputs are not permitted",
     ),
     "config loader missing": (
-        lambda d: ["compile", write(d, "c.yaml", RUN_CONFIG.replace("conductor.experiments.datasets", "nope_mod"))],
+        lambda d: ["compile", write(d, "c.yaml", RUN_CONFIG.replace("conductor.bench.datasets", "nope_mod"))],
         "can't import 'nope_mod:load_gsm8k'",
     ),
     "config loader with wrong args": (

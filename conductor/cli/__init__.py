@@ -1,4 +1,9 @@
-"""The ``conductor`` command. One file per subcommand; each registers its own arguments."""
+"""The ``conductor`` command. One file per subcommand; each registers its own arguments.
+
+Besides ``main``, the config file of ``train``, ``eval`` and ``compile`` is public (``load_run_config``,
+``RunConfig``), for scripts that read what a run used (its data splits, its program); they are imported on first use,
+as they import torch, which ``conductor --help`` should not wait for.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,15 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from conductor._version import __version__
 from conductor.cli import _bench, _compile, _eval, _keys, _pool, _run, _serve, _train
 from conductor.cli._common import fail, status
 from conductor.errors import ConductorError
+
+RUN_CONFIG_NAMES = ("RunConfig", "load_run_config")
+"""The public names of ``_config.py``, imported when first asked for (``__getattr__``)."""
 
 LOG_HANDLER = "conductor-cli"
 THIRD_PARTY_LOGGERS = ("dspy", "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "transformers", "peft", "torch")
@@ -84,3 +93,12 @@ def default_threads() -> int:
     """1 on a machine with at most 2 cores, else half of them (the rest for the tokenizer, workers and the OS)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return 1 if cores <= 2 else cores // 2
+
+
+def __getattr__(name: str) -> Any:
+    """``load_run_config`` and ``RunConfig`` on first use (see the module docstring)."""
+    if name in RUN_CONFIG_NAMES:
+        from conductor.cli import _config
+
+        return getattr(_config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

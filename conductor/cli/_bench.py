@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from conductor.bench import load_config, run_benchmark, write_report
 from conductor.cli._common import console, fail
 from conductor.errors import ConductorError
-from conductor.experiments import load_config, run_benchmark, write_report
 
 
 def register(commands) -> None:

@@ -1,7 +1,7 @@
 """The config file of ``conductor train``, ``eval`` and ``compile``: what program, on what data, trained how.
 
 Components are named by import path (``module:function``, as torchtune names them; e.g.
-``conductor.experiments.datasets:load_gsm8k``), resolved against the working folder too, so a module of one's own works
+``conductor.bench.datasets:load_gsm8k``), resolved against the working folder too, so a module of one's own works
 from its folder. Every problem in a file is reported at once, in one ``ConfigError``.
 
 One's own data is a local file instead of a loader (paths relative to the working folder)::
@@ -24,9 +24,9 @@ import pydantic
 import yaml
 
 from conductor._imports import import_object as imported
+from conductor.bench.datasets import BUILTIN_METRICS, DataFile, Splits, split
 from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
-from conductor.experiments.datasets import BUILTIN_METRICS, DataFile, Splits, split
 from conductor.local import EMBEDDED_MODELS
 from conductor.modules import Conductor, WorkerIds, WorkerPool
 from conductor.optimizers import BudgetSpace, ExpertIterationConfig, TemplateWarmStartConfig

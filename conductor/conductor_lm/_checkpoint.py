@@ -17,20 +17,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conductor._files import replaceable_folder, write_folder_atomically
-from conductor.conductor_lm._model import load_base, quiet_peft
+from conductor.conductor_lm._base import load_base, quiet_peft
 from conductor.errors import ConductorError
 from conductor.local import EMBEDDED_MODELS, resolve_dtype
-
-if TYPE_CHECKING:
-    from conductor._files import write_folder_atomically
-from conductor.conductor_lm._model import ConductorLM
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +38,27 @@ BASE_DIR = "base"
 FORMAT_VERSION = 1
 
 
-def save_policy(policy: ConductorLM, folder: Path) -> Path:
+class Policy(Protocol):
+    """What ``save_policy`` reads from a policy and ``load_policy`` sets on the one it builds: a ``ConductorLM``.
+    Named by what is used rather than by the class, whose ``save`` and ``load`` call this module, so that this module
+    needs no import of it."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+    lora: Any
+    base: str | None
+    saved_to: Path | None
+
+    def base_model(self) -> Any: ...
+
+    def config(self) -> dict[str, Any]: ...
+
+
+P = TypeVar("P", bound=Policy)
+
+
+def save_policy(policy: Policy, folder: Path) -> Path:
     """Write ``policy`` to ``folder`` (see the module docstring); returns the absolute folder."""
     started = time.perf_counter()
     config: dict[str, Any] = {"format_version": FORMAT_VERSION, **policy.config()}
@@ -65,7 +82,7 @@ def save_policy(policy: ConductorLM, folder: Path) -> Path:
     return saved
 
 
-def _name_base_by_hub_id(policy: ConductorLM) -> None:
+def _name_base_by_hub_id(policy: Policy) -> None:
     """Make the adapter name an embedded base by its hub id: peft would write the cache folder the base was loaded
     from, which exists only on the machine that saved it; with the hub id the folder is a standard peft adapter
     (``AutoPeftModelForCausalLM`` loads it), and ``load_policy`` maps the id back to the embedded GGUF."""
@@ -97,14 +114,15 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 
 def load_policy(
-    cls: type[ConductorLM],
+    cls: Callable[..., P],
     folder: Path,
     *,
     dtype: str | torch.dtype | None = None,
     device: str | None = None,
     sampling_dtype: str | torch.dtype | None = None,
-) -> ConductorLM:
-    """Rebuild a policy written by ``save_policy``; ``sampling_dtype`` as in ``ConductorLM``."""
+) -> P:
+    """Rebuild a policy written by ``save_policy`` as ``cls(model, tokenizer, base=..., lora=None, name=...,
+    device=..., sampling_dtype=...)`` (``ConductorLM``, or a subclass); ``sampling_dtype`` as in ``ConductorLM``."""
     from peft import PeftModel
 
     started = time.perf_counter()

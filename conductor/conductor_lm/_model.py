@@ -7,19 +7,19 @@ and adds what training needs: LoRA, trainable parameters, save and load.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from conductor.conductor_lm._base import load_base, quiet_peft
+from conductor.conductor_lm._checkpoint import load_policy, save_policy
 from conductor.conductor_lm._tokenizer import byte_tokenizer
 from conductor.errors import ConfigError
 from conductor.local import (
@@ -29,7 +29,6 @@ from conductor.local import (
     LogitsProcessorLike,
     Sample,
     local_lm,
-    model_folder,
     model_label,
     resolve_dtype,
 )
@@ -85,29 +84,11 @@ class LoraSpec:
         )
 
 
-@contextlib.contextmanager
-def quiet_peft() -> Iterator[None]:
-    """Hide the FutureWarning peft 0.21 triggers in transformers 5 (``is_gradient_checkpointing``) on every wrap."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
-
-
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """``device``, else CUDA when available, else CPU."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def load_base(source: str | os.PathLike[str], dtype: torch.dtype) -> tuple[str, Any, Any]:
-    """``(source, model, tokenizer)``: a fresh, private copy of a local model or transformers folder (from the
-    registry and GGUF cache of ``conductor.local``, but not its frozen models: peft injects LoRA layers into the
-    model in place, and training changes weights that local workers share)."""
-    source, folder = model_folder(source)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-    return source, model, tokenizer
 
 
 class ConductorLM(LocalModel):
@@ -233,8 +214,6 @@ class ConductorLM(LocalModel):
         sampling_dtype: str | torch.dtype | None = None,
     ) -> ConductorLM:
         """Restore a policy written by ``save``; ``dtype`` overrides the saved base dtype."""
-        from conductor.conductor_lm._checkpoint import load_policy
-
         return load_policy(cls, Path(folder), dtype=dtype, device=device, sampling_dtype=sampling_dtype)
 
     # ---- properties --------------------------------------------------------------------------------------------
@@ -348,8 +327,6 @@ class ConductorLM(LocalModel):
     # ---- weights -----------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:
         """Write the adapter (or the whole model without LoRA), tokenizer and ``conductor_lm.json`` atomically."""
-        from conductor.conductor_lm._checkpoint import save_policy
-
         with self.lock:
             self.saved_to = save_policy(self, Path(folder))
         return self.saved_to

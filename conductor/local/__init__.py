@@ -12,7 +12,7 @@ worker kind of pool configs.
 
 from conductor.local._encoding import PLAIN_STOP, Prompt, encode_prompt, request_messages
 from conductor.local._engine import DEFAULT_MAX_TOKENS, LocalEngine, local_lm, trainable_policy
-from conductor.local._model import LocalModel, LogitsProcessorLike, Sample
+from conductor.local._model import LocalModel
 from conductor.local._registry import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
@@ -23,6 +23,7 @@ from conductor.local._registry import (
     model_label,
     resolve_dtype,
 )
+from conductor.local._sample import LogitsProcessorLike, PromptCache, Sample
 from conductor.local._worker import local_worker
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "LocalModel",
     "LogitsProcessorLike",
     "Prompt",
+    "PromptCache",
     "Sample",
     "encode_prompt",
     "frozen_model",

@@ -30,7 +30,7 @@ from dspy.lm15 import (
 from conductor._imports import import_object
 from conductor.errors import ConductorError
 from conductor.local._encoding import request_messages
-from conductor.local._model import LocalModel, LogitsProcessorLike, Sample
+from conductor.local._model import LocalModel
 from conductor.local._registry import (
     DEFAULT_MODEL,
     check_available,
@@ -39,6 +39,7 @@ from conductor.local._registry import (
     model_label,
     model_source,
 )
+from conductor.local._sample import LogitsProcessorLike, Sample
 from conductor.modules import Messages, chat_request
 
 logger = logging.getLogger(__name__)

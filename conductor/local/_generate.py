@@ -9,9 +9,10 @@ hold about 50 GB for 256 rollouts of 1,024 tokens over SmolLM2's 49K vocabulary)
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, get_args
 
 import torch
 from transformers import (
@@ -25,7 +26,7 @@ from transformers import (
 )
 
 from conductor.errors import ConductorError
-from conductor.local._model import LogitsProcessorLike, Sample
+from conductor.local._sample import LogitsProcessorLike, PromptCache, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def generate_samples(
     logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None = None,
     stop: Sequence[str] = (),
     batch_size: int | None = None,
+    prompt_cache: PromptCache = "static",
 ) -> list[list[Sample]]:
     """``n`` samples for each tokenised prompt; ``temperature`` 0 or ``None`` decodes greedily, ``top_k`` 0 keeps
     every token.
@@ -151,22 +153,80 @@ def generate_samples(
     as ``sequence_logprobs`` does), in batches of at most ``batch_size`` rows; with ``n == 1`` the prompts run in
     left-padded batches of ``batch_size`` (all at once when ``None``). The same seed, prompts and ``batch_size``
     give the same samples. Greedy log-probs are those of the temperature-1 distribution (after any custom processor).
+    ``prompt_cache`` says how the shared rows hold the prompt's cache (see ``PromptCache``).
     """
+    _check_request(prompts, n, max_new_tokens, top_p, top_k, prompt_cache)
+    greedy = temperature is None or temperature <= 0
+    batches = _batches(prompts, n, batch_size)
+    device = next(model.parameters()).device
+    options = _generate_options(max_new_tokens, eos_ids, pad_id, greedy)
+    samples: list[Sample] = []
+    devices = [device] if device.type == "cuda" else []
+    seeded = torch.random.fork_rng(devices=devices, enabled=seed is not None)
+    with _eval_mode(model), seeded, torch.no_grad():
+        if seed is not None:
+            torch.manual_seed(seed)
+        for chunk, shared in batches:
+            recorder = _LogprobRecorder()
+            processors = _sampling_processors(logits_processor, recorder, temperature, top_k, top_p, greedy)
+            input_ids, attention_mask = _left_pad(chunk, pad_id, device)
+            stopping = StoppingCriteriaList([_StopOnText(tokenizer, stop, input_ids.shape[1])] if stop else [])
+            # the cache of all but the last prompt token: generate runs that token and the new ones
+            prefix = _shared_prompt_cache(model, chunk, max_new_tokens, prompt_cache) if shared else {}
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_processor=processors,
+                stopping_criteria=stopping,
+                **options,
+                **prefix,
+            )
+            new = output[:, input_ids.shape[1] :]
+            logprobs = recorder.finish(new).cpu()
+            for row, prompt in enumerate(chunk):
+                samples.append(_sample(tokenizer, prompt, new[row].tolist(), logprobs[row], eos_ids, stop))
+    return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode (no dropout) for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _check_request(
+    prompts: Sequence[Sequence[int]], n: int, max_new_tokens: int, top_p: float, top_k: int, prompt_cache: str
+) -> None:
+    """Refuse a sampling request that can't be met, before any model work."""
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"n and max_new_tokens must be at least 1, got n={n}, max_new_tokens={max_new_tokens}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
         raise ValueError(f"top_k must be 0 (off) or positive, got {top_k}")
+    if prompt_cache not in get_args(PromptCache):
+        raise ValueError(f"prompt_cache must be one of {get_args(PromptCache)}, got {prompt_cache!r}")
     if any(len(p) == 0 for p in prompts):
         raise ConductorError("a prompt has no tokens")
-    greedy = temperature is None or temperature <= 0
+
+
+def _batches(prompts: Sequence[Sequence[int]], n: int, batch_size: int | None) -> list[tuple[list[list[int]], bool]]:
+    """The rows of each ``generate`` call, and whether they are copies of one prompt (``n > 1``: they share its
+    cache) or different prompts (``n == 1``: left-padded)."""
     step = batch_size or len(prompts) * n
     if n == 1:
-        batches = [([list(p) for p in prompts[i : i + step]], False) for i in range(0, len(prompts), step)]
-    else:
-        batches = [([list(p)] * min(step, n - i), True) for p in prompts for i in range(0, n, step)]
-    device = next(model.parameters()).device
+        return [([list(p) for p in prompts[i : i + step]], False) for i in range(0, len(prompts), step)]
+    return [([list(p)] * min(step, n - i), True) for p in prompts for i in range(0, n, step)]
+
+
+def _generate_options(max_new_tokens: int, eos_ids: set[int], pad_id: int, greedy: bool) -> dict[str, Any]:
+    """``generate``'s keyword arguments: the length, the end and padding tokens, and a distribution that only our
+    own processors shape."""
     options: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "eos_token_id": sorted(eos_ids),
@@ -178,43 +238,39 @@ def generate_samples(
     }
     if not greedy:  # temperature, top-k and top-p are applied by our own warpers, before the recorder
         options |= {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None}
-    samples: list[Sample] = []
-    was_training = model.training
-    model.eval()
-    devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices, enabled=seed is not None), torch.no_grad():
-            if seed is not None:
-                torch.manual_seed(seed)
-            for chunk, shared in batches:
-                recorder = _LogprobRecorder()
-                processors = LogitsProcessorList(_processors(logits_processor))
-                if not greedy and temperature != 1.0:
-                    processors.append(TemperatureLogitsWarper(float(temperature)))
-                if not greedy and top_k > 0:
-                    processors.append(TopKLogitsWarper(top_k))
-                if not greedy and top_p < 1.0:
-                    processors.append(TopPLogitsWarper(top_p))
-                processors.append(recorder)
-                input_ids, attention_mask = _left_pad(chunk, pad_id, device)
-                stopping = StoppingCriteriaList([_StopOnText(tokenizer, stop, input_ids.shape[1])] if stop else [])
-                # the cache of all but the last prompt token: generate runs that token and the new ones
-                prefix = _prefill_to_generate(model, chunk[0], len(chunk), max_new_tokens) if shared else {}
-                output = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    logits_processor=processors,
-                    stopping_criteria=stopping,
-                    **options,
-                    **prefix,
-                )
-                new = output[:, input_ids.shape[1] :]
-                logprobs = recorder.finish(new).cpu()
-                for row, prompt in enumerate(chunk):
-                    samples.append(_sample(tokenizer, prompt, new[row].tolist(), logprobs[row], eos_ids, stop))
-    finally:
-        model.train(was_training)
-    return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+    return options
+
+
+def _sampling_processors(
+    logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None,
+    recorder: _LogprobRecorder,
+    temperature: float | None,
+    top_k: int,
+    top_p: float,
+    greedy: bool,
+) -> LogitsProcessorList:
+    """The custom processors, then temperature, top-k and top-p when sampling, then ``recorder`` last (it reads the
+    distribution the token is drawn from)."""
+    processors = LogitsProcessorList(_processors(logits_processor))
+    if not greedy and temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(float(temperature)))
+    if not greedy and top_k > 0:
+        processors.append(TopKLogitsWarper(top_k))
+    if not greedy and top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    processors.append(recorder)
+    return processors
+
+
+def _shared_prompt_cache(
+    model: Any, chunk: list[list[int]], max_new_tokens: int, prompt_cache: PromptCache
+) -> dict[str, Any]:
+    """The cache of the one prompt that the rows of ``chunk`` repeat, held as ``prompt_cache`` says, as
+    ``generate``'s keyword argument."""
+    prompt = chunk[0]
+    if prompt_cache == "static":
+        return _prefill_to_generate(model, prompt, len(chunk), max_new_tokens)
+    return _prefill(model, prompt[:-1], len(chunk))[1] if len(prompt) > 1 else {}
 
 
 def _prefill(model: Any, prompt: Sequence[int], rows: int) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -298,6 +354,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     grad: bool = False,
     batch_size: int | None = None,
+    common_prefix: bool = True,
 ) -> list[torch.Tensor]:
     """Per-token log-probs of each completion after its prompt under the current weights (teacher forcing).
 
@@ -308,7 +365,8 @@ def sequence_logprobs(
     gradient counts once per occurrence, as before; with LoRA dropout on, the occurrences share one dropout draw.
     ``batch_size`` bounds the distinct completions in one pass. The model's train/eval mode is left as it is (LoRA
     dropout applies in train mode). Returns one float32 tensor per completion, on the model's device, with a graph
-    when ``grad``.
+    when ``grad``. ``common_prefix=False`` never shares a pass between different prompts (only between the
+    completions of one prompt): the plan before prompts shared their common prefix, kept to measure what that saves.
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -324,7 +382,8 @@ def sequence_logprobs(
     out: list[torch.Tensor | None] = [None] * len(prompts)
     device = next(model.parameters()).device
     with torch.enable_grad() if grad else torch.no_grad():
-        for prefix, rows in _passes(prompts, completions, [i for i in first.values() if completions[i]]):
+        scored = [i for i in first.values() if completions[i]]
+        for prefix, rows in _passes(prompts, completions, scored, common_prefix):
             for start in range(0, len(rows), step):
                 chunk = rows[start : start + step]
                 scores = _shared_prefix_logprobs(model, prefix, [tokens for _, tokens, _ in chunk], pad_id, temperature)
@@ -340,15 +399,20 @@ Pass = tuple[Sequence[int], list[tuple[int, list[int], int]]]
 are the rest of the prompt, whose log-probs are not returned)."""
 
 
-def _passes(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], indices: list[int]) -> list[Pass]:
+def _passes(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    indices: list[int],
+    common_prefix: bool = True,
+) -> list[Pass]:
     """How to score the pairs at ``indices`` with the fewest tokens: a pass per distinct prompt (a GRPO group shares
-    its prompt), or one pass after the prompts' common prefix when that is cheaper (a warm-start batch of different
-    questions whose prompts differ only near the end)."""
+    its prompt), or, with ``common_prefix``, one pass after the prompts' common prefix when that is cheaper (a
+    warm-start batch of different questions whose prompts differ only near the end)."""
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for i in indices:
         by_prompt.setdefault(tuple(prompts[i]), []).append(i)
     per_prompt: list[Pass] = [(p, [(i, list(completions[i]), 0) for i in members]) for p, members in by_prompt.items()]
-    if len(by_prompt) < 2:
+    if len(by_prompt) < 2 or not common_prefix:
         return per_prompt
     columns = enumerate(zip(*by_prompt, strict=False))  # token by token, up to the shortest prompt
     common = next((k for k, tokens in columns if len(set(tokens)) > 1), min(map(len, by_prompt)))

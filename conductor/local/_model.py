@@ -3,44 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from conductor.errors import ConfigError
 from conductor.local._encoding import PLAIN_STOP, Prompt, encode_prompt, has_chat_template
+from conductor.local._sample import LogitsProcessorLike, PromptCache, Sample
 
 if TYPE_CHECKING:
     import torch
-    from transformers import LogitsProcessor
-
-LogitsProcessorLike: TypeAlias = "LogitsProcessor | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]"
-"""A transformers ``LogitsProcessor`` or a function ``(input_ids, scores) -> scores``."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sampled completion: its text, token ids, and each token's log-prob under the sampling policy.
-
-    ``token_ids`` include the end-of-sequence token when the model produced one (a policy must learn to stop), and
-    ``logprobs`` has one entry per token id. ``text`` is decoded without special tokens and cut at a stop string.
-
-    In float32 ``logprobs`` equal ``sequence_logprobs`` to about 1e-5. In bfloat16 they differ by up to about 0.2
-    (cached incremental decoding against one full pass), so a GRPO trainer on a bf16 base should take its old-policy
-    log-probs from ``sequence_logprobs`` rather than from here. A model that samples in another dtype than it scores
-    in (``ConductorLM``'s ``sampling_dtype``) records the sampling dtype's log-probs here.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    prompt_ids: tuple[int, ...]
-    finish_reason: Literal["stop", "length"]
-
-    @property
-    def logprob(self) -> float:
-        """The completion's total log-prob."""
-        return float(sum(self.logprobs))
 
 
 def _as_lists(ids: Any) -> Any:
@@ -100,12 +71,13 @@ class LocalModel:
         logits_processor: LogitsProcessorLike | Sequence[LogitsProcessorLike] | None = None,
         stop: Sequence[str] = (),
         batch_size: int | None = None,
+        prompt_cache: PromptCache = "static",
     ) -> list[list[Sample]]:
         """``n`` samples per prompt (``result[i][j]``), with per-token log-probs under the sampling policy.
 
         ``temperature`` 0 or ``None`` is greedy; ``top_k`` 0 keeps every token. Runs in eval mode without gradient,
         seeded with ``seed`` without touching the global RNG state. A model without a chat template also stops at
-        ``PLAIN_STOP`` (see ``conductor.local._encoding``).
+        ``PLAIN_STOP`` (see ``conductor.local._encoding``). ``prompt_cache``: see ``PromptCache``.
         """
         from conductor.local._generate import generate_samples
 
@@ -128,6 +100,7 @@ class LocalModel:
                 logits_processor=logits_processor,
                 stop=stop,
                 batch_size=batch_size,
+                prompt_cache=prompt_cache,
             )
 
     def sampling_model(self) -> Any:
@@ -142,10 +115,13 @@ class LocalModel:
         grad: bool = False,
         temperature: float = 1.0,
         batch_size: int | None = None,
+        common_prefix: bool = True,
     ) -> torch.Tensor | list[torch.Tensor]:
         """Per-token log-probs of completions under the current weights: one 1-D tensor for one
         ``(prompt, completion)`` pair of id lists, a list of them for lists of pairs. With ``grad``, the tensors
-        carry a graph back to the trainable weights (GRPO's new-policy term)."""
+        carry a graph back to the trainable weights (GRPO's new-policy term). Different prompts share one pass over
+        their common prefix where that is cheaper; ``common_prefix=False`` gives each distinct prompt a pass of its
+        own (``benchmarks/shared_prefix.py`` compares the two)."""
         from conductor.local._generate import sequence_logprobs
 
         prompt_ids, completion_ids = _as_lists(prompt_ids), _as_lists(completion_ids)
@@ -160,6 +136,7 @@ class LocalModel:
             temperature=temperature,
             grad=grad,
             batch_size=batch_size,
+            common_prefix=common_prefix,
         )
         return out[0] if single else out
 

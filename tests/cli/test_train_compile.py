@@ -14,8 +14,7 @@ import yaml
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from conductor.cli import main  # noqa: E402
-from conductor.cli._config import load_run_config  # noqa: E402
+from conductor.cli import load_run_config, main  # noqa: E402
 from conductor.errors import ConfigError  # noqa: E402
 
 POOL = {

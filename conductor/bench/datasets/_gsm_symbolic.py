@@ -20,9 +20,9 @@ from itertools import islice
 
 import dspy
 
+from conductor.bench.datasets._cache import Package, fetch
+from conductor.bench.datasets._example import make_example
 from conductor.errors import ConfigError
-from conductor.experiments.datasets._cache import Package, fetch
-from conductor.experiments.datasets._example import make_example
 
 REASONING_GYM = Package("reasoning-gym", "0.1.25", "reasoning_gym-0.1.25-py3-none-any.whl")
 

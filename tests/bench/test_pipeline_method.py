@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from conductor.bench import MethodSpec
 from conductor.errors import ConfigError
-from conductor.experiments import MethodSpec
 from conductor.modules import WorkerPool
 
 POOL = WorkerPool.from_config(

@@ -48,8 +48,8 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets import answer_text, exact_match, make_example
 from conductor.errors import ConfigError, ToolInputError
-from conductor.experiments.datasets import answer_text, exact_match, make_example
 from conductor.modules import Completion, Messages, Price, Worker, WorkerPool
 
 PAPER_FAMILIES = ("math500", "mmlu", "rlpr", "livecodebench")

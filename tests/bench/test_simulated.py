@@ -4,8 +4,7 @@ from collections import Counter
 import pytest
 
 from conductor import ConfigError, Price
-from conductor.errors import ToolInputError
-from conductor.experiments.simulated import (
+from conductor.bench.simulated import (
     PAPER_FAMILIES,
     PAPER_MODELS,
     SimulatedModel,
@@ -15,6 +14,7 @@ from conductor.experiments.simulated import (
     simulated_pool,
     simulated_task,
 )
+from conductor.errors import ToolInputError
 from conductor.modules import extract_answer
 from conductor.modules.baselines import MixtureOfAgents, SelfConsistency, SingleWorker
 from tests.modules.worker_contract import WorkerContract

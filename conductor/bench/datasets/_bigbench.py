@@ -15,10 +15,10 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets._cache import Package, extract_tree
+from conductor.bench.datasets._example import make_example
+from conductor.bench.datasets._metrics import answer_text, exact_match
 from conductor.errors import ConfigError
-from conductor.experiments.datasets._cache import Package, extract_tree
-from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import answer_text, exact_match
 from conductor.modules import choice_index, format_options
 
 BIGBENCH = Package(

@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conductor.cli import main as conductor_main
-from conductor.errors import ConfigError
-from conductor.experiments import (
+from conductor.bench import (
     ALL,
     METHODS,
     RESULTS_FILE,
@@ -34,9 +32,11 @@ from conductor.experiments import (
     workflow_shapes,
     write_report,
 )
-from conductor.experiments import _config as runner_config
-from conductor.experiments._config import MethodType
-from conductor.experiments.simulated import simulated_dataset, simulated_task
+from conductor.bench import _config as runner_config
+from conductor.bench._config import MethodType
+from conductor.bench.simulated import simulated_dataset, simulated_task
+from conductor.cli import main as conductor_main
+from conductor.errors import ConfigError
 from conductor.modules import WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 
@@ -73,14 +73,14 @@ def slow_oracle(text: str) -> str:
 
 def _calls() -> Counter[str]:
     """The counter of this module as the pool imported it (pytest may have imported this file under another name)."""
-    return importlib.import_module("tests.experiments.test_runner").CALLS
+    return importlib.import_module("tests.bench.test_runner").CALLS
 
 
 def _config(tmp_path: Path, *, tool: str = "oracle", n: int = 4, **overrides) -> dict:
     pool = {
         "workers": [
-            {"name": "oracle", "kind": "tool", "tool": f"tests.experiments.test_runner:{tool}", "retries": 0},
-            {"name": "flaky", "kind": "tool", "tool": "tests.experiments.test_runner:flaky", "retries": 0},
+            {"name": "oracle", "kind": "tool", "tool": f"tests.bench.test_runner:{tool}", "retries": 0},
+            {"name": "flaky", "kind": "tool", "tool": "tests.bench.test_runner:flaky", "retries": 0},
         ]
     }
     (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))

@@ -15,9 +15,8 @@ import yaml
 
 pytest.importorskip("datasets")
 
-from conductor.errors import ConfigError
-from conductor.experiments import validate_config
-from conductor.experiments.datasets import (
+from conductor.bench import validate_config
+from conductor.bench.datasets import (
     BadRow,
     DataFile,
     choice_metric,
@@ -25,6 +24,7 @@ from conductor.experiments.datasets import (
     number_metric,
     split,
 )
+from conductor.errors import ConfigError
 
 GOOD = [{"question": f"What is {i} + {i}?", "answer": 2 * i} for i in range(1, 9)]
 MALFORMED = [
@@ -247,7 +247,7 @@ def test_compile_and_eval_a_program_from_a_jsonl_file_with_malformed_rows(
 
 def test_a_run_config_names_a_loader_or_a_file_not_both(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from conductor.cli._config import load_run_config
+    from conductor.cli import load_run_config
 
     both = {"loader": "m:f", "file": {"path": "x.jsonl"}, "metric": "exact"}
     for data, problem in (

@@ -1,13 +1,14 @@
-"""The experiment runner: methods x datasets x seeds from one YAML config, resumable, with a report.
+"""The benchmark runner: methods x datasets x seeds from one YAML config, resumable, with a report.
 
-``conductor bench CONFIG`` runs it; from Python::
+``conductor bench CONFIG`` runs it (the repository's ``experiments/`` folder keeps the configs and their results, and
+is not part of the package); from Python::
 
     config = load_config("experiments/configs/simulated_controlled.yaml")
     records = run_benchmark(config)         # one record per (method, dataset, seed, example), resumable
     write_report(config, records)           # results.json, table.md, plot.png in config.output
 """
 
-from conductor.experiments._config import (
+from conductor.bench._config import (
     DATASETS,
     METHODS,
     BenchConfig,
@@ -18,9 +19,9 @@ from conductor.experiments._config import (
     load_config,
     validate_config,
 )
-from conductor.experiments._plots import plot_accuracy_cost
-from conductor.experiments._report import markdown_report, write_report
-from conductor.experiments._results import (
+from conductor.bench._plots import plot_accuracy_cost
+from conductor.bench._report import markdown_report, write_report
+from conductor.bench._results import (
     ALL,
     Aggregate,
     Shapes,
@@ -30,7 +31,7 @@ from conductor.experiments._results import (
     wilson_interval,
     workflow_shapes,
 )
-from conductor.experiments._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
+from conductor.bench._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
 
 __all__ = [
     "ALL",

@@ -16,10 +16,9 @@ from pathlib import Path
 import dspy
 import pytest
 
-import conductor.experiments.datasets._cache as cache_module
-import conductor.experiments.datasets._humaneval as humaneval_module
-from conductor.errors import ConfigError, WorkerTimeout
-from conductor.experiments.datasets import (
+import conductor.bench.datasets._cache as cache_module
+import conductor.bench.datasets._humaneval as humaneval_module
+from conductor.bench.datasets import (
     BIGBENCH,
     GSM8K_TEST_TEMPLATES,
     HUMAN_EVAL,
@@ -45,6 +44,7 @@ from conductor.experiments.datasets import (
     mmlu_metric,
     split,
 )
+from conductor.errors import ConfigError, WorkerTimeout
 from conductor.modules import choice_index
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -486,7 +486,7 @@ def numbered(family: str, count: int) -> list[dspy.Example]:
 
 
 def test_a_mix_deals_a_seeded_random_draw_of_each_source_in_turn():
-    loader = "tests.experiments.test_datasets:numbered"
+    loader = "tests.bench.test_datasets:numbered"
     sources = [
         {"loader": loader, "args": {"family": "a", "count": 50}, "n": 3},
         {"loader": loader, "args": {"family": "b", "count": 9}, "n": 2},
@@ -498,7 +498,7 @@ def test_a_mix_deals_a_seeded_random_draw_of_each_source_in_turn():
 
 
 def test_a_mix_from_a_split_part_never_holds_a_question_of_the_other_parts():
-    loader = "tests.experiments.test_datasets:numbered"
+    loader = "tests.bench.test_datasets:numbered"
     source = {"loader": loader, "args": {"family": "a", "count": 40}, "n": 20, "part": "train"}
     mix = load_mix([source], seed=3)
     parts = split(numbered("a", 40), 0)  # the bench's split of the same benchmark
@@ -513,7 +513,7 @@ def test_a_mix_from_a_split_part_never_holds_a_question_of_the_other_parts():
 
 
 def test_a_mix_refuses_a_bad_source_clearly():
-    loader = "tests.experiments.test_datasets:numbered"
+    loader = "tests.bench.test_datasets:numbered"
     with pytest.raises(ConfigError, match="has 2 examples, not 5"):
         load_mix([{"loader": loader, "args": {"family": "a", "count": 2}, "n": 5}])
     with pytest.raises(ConfigError, match="must have `loader` and `n`"):

@@ -36,9 +36,7 @@ import pydantic
 import yaml
 
 from conductor._imports import import_object
-from conductor.deploy import conductor_lm, load_program
-from conductor.errors import ConfigError, invalid_config, validation_problems
-from conductor.experiments.datasets import (
+from conductor.bench.datasets import (
     BUILTIN_METRICS,
     DataFile,
     load_bigbench,
@@ -49,8 +47,10 @@ from conductor.experiments.datasets import (
     metric,
     split,
 )
-from conductor.experiments.datasets._dispatch import Metric
-from conductor.experiments.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
+from conductor.bench.datasets._dispatch import Metric
+from conductor.bench.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
+from conductor.deploy import conductor_lm, load_program
+from conductor.errors import ConfigError, invalid_config, validation_problems
 from conductor.modules import Budget, Conductor, PoolProgram, WorkerPool
 from conductor.modules.baselines import (
     FixedPipeline,

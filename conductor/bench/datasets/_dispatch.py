@@ -7,11 +7,11 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets._bigbench import bigbench_metric
+from conductor.bench.datasets._gsm8k import gsm8k_metric
+from conductor.bench.datasets._humaneval import humaneval_metric
+from conductor.bench.datasets._mmlu import mmlu_metric
 from conductor.errors import ConfigError
-from conductor.experiments.datasets._bigbench import bigbench_metric
-from conductor.experiments.datasets._gsm8k import gsm8k_metric
-from conductor.experiments.datasets._humaneval import humaneval_metric
-from conductor.experiments.datasets._mmlu import mmlu_metric
 
 Metric = Callable[..., float]
 

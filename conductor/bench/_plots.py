@@ -8,8 +8,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from conductor.bench._results import Aggregate
 from conductor.errors import MissingDependency
-from conductor.experiments._results import Aggregate
 
 logger = logging.getLogger(__name__)
 

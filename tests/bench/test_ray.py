@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from conductor.bench import run_benchmark, validate_config
 from conductor.errors import MissingDependency
-from conductor.experiments import run_benchmark, validate_config
-from tests.experiments.test_runner import _comparable, _config
+from tests.bench.test_runner import _comparable, _config
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
 
@@ -60,7 +60,7 @@ def test_ray_asked_for_without_ray_installed_names_the_extra(tmp_path: Path, mon
 
 @pytest.mark.slow  # its tasks load the deploy stack: about 30 s here
 def test_a_program_scores_the_same_on_ray_as_in_this_process(tmp_path: Path, local_cluster: None) -> None:
-    from conductor.experiments.simulated import simulated_dataset, simulated_metric
+    from conductor.bench.simulated import simulated_dataset, simulated_metric
     from conductor.modules import Conductor, WorkerPool
     from conductor.optimizers import evaluate_program
     from tests.deploy.helpers import fixed_lm

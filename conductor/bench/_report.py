@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conductor.experiments._config import BenchConfig, SimulatedPool
-from conductor.experiments._plots import plot_accuracy_cost
-from conductor.experiments._results import ALL, Aggregate, Shapes, summarise, workflow_shapes
+from conductor.bench._config import BenchConfig, SimulatedPool
+from conductor.bench._plots import plot_accuracy_cost
+from conductor.bench._results import ALL, Aggregate, Shapes, summarise, workflow_shapes
 
 logger = logging.getLogger(__name__)
 
 SIMULATED_NOTE = (
     "Every number here is SIMULATED: no model was called. Workers and tasks come from "
-    "`conductor/experiments/simulated.py`, whose accuracies, prices and lengths are ASSUMED (calibrated to the "
+    "`conductor/bench/simulated.py`, whose accuracies, prices and lengths are ASSUMED (calibrated to the "
     "Conductor paper's averages)."
 )
 COLUMNS = ("n", "accuracy % [95% CI]", "$ / question", "tokens / question", "calls / question", "error rate")

@@ -26,10 +26,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor._ray import ONE_THREAD, connect, cpus
+from conductor.bench._config import BenchConfig
+from conductor.bench.datasets import example_id
+from conductor.bench.datasets._dispatch import Metric
 from conductor.errors import ConductorError, ConfigError
-from conductor.experiments._config import BenchConfig
-from conductor.experiments.datasets import example_id
-from conductor.experiments.datasets._dispatch import Metric
 from conductor.modules import PoolProgram, WorkerPool
 
 logger = logging.getLogger(__name__)
