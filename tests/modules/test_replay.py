@@ -45,3 +45,25 @@ def test_pool_configs_opt_in_per_worker() -> None:
     )
     assert isinstance(pool[0], ReplayWorker) and not isinstance(pool[1], ReplayWorker)
     assert pool[0].complete(_user("2+3"), max_tokens=10, temperature=0.0).text == "5"
+
+
+def test_the_same_prompt_sent_at_once_is_one_call_and_the_calls_are_counted() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    inner = ScriptedWorker("model", lambda prompt: f"answer to {prompt}", delay_s=0.2)
+    worker = ReplayWorker(inner)
+    with ThreadPoolExecutor(8) as threads:
+        answers = list(
+            threads.map(lambda i: worker.complete(_user(f"q{i % 2}"), max_tokens=5, temperature=0.2), range(8))
+        )
+    assert {a.text for a in answers} == {"answer to q0", "answer to q1"}
+    assert inner.calls == worker.calls == 2  # the six others waited for their prompt's first call
+    assert worker.tokens == 2 * (1 + 3)  # word counts: one prompt word, three answer words, twice
+
+
+def test_a_failed_call_counts_as_a_call() -> None:
+    worker = ReplayWorker(ScriptedWorker("model", lambda prompt: "ok", fail_times=1))
+    with pytest.raises(WorkerError):
+        worker.complete(_user("q"), max_tokens=5, temperature=0.2)
+    worker.complete(_user("q"), max_tokens=5, temperature=0.2)
+    assert (worker.calls, worker.tokens) == (2, 2)
