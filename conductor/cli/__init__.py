@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from conductor._version import __version__
-from conductor.cli import _bench, _compile, _eval, _keys, _pool, _run, _serve, _train
+from conductor.cli import _bench, _compile, _eval, _keys, _pool, _run, _search, _serve, _train
 from conductor.cli._common import fail, status
 from conductor.errors import ConductorError
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s (dspy-conductor) {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library and its dependencies do")
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (_run, _pool, _serve, _bench, _keys, _train, _eval, _compile):
+    for command in (_run, _pool, _serve, _bench, _keys, _train, _eval, _search, _compile):
         command.register(commands)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)

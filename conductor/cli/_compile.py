@@ -1,8 +1,8 @@
 """``conductor compile CONFIG``: the full recipe (``ConductorCompiler``) on the config's train and validation splits.
 
-Few-shot workflow search, expert iteration and GRPO when the config has their sections and a trainable conductor,
-and Optuna budgets when ``compile.budget_trials`` > 0; then the phase table, and the uncompiled and compiled program
-scored on the test split (``held_out.md``). Running it again with the same ``output_dir`` resumes.
+Program search, few-shot workflow search, expert iteration and GRPO when the config has their sections and a
+trainable conductor, and Optuna budgets when ``compile.budget_trials`` > 0; then the phase table, and the uncompiled
+and compiled program scored on the test split (``held_out.md``). Running it again with the same ``output_dir`` resumes.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         grpo = config.grpo if policy is not None else None
         expert = config.expert_iteration if policy is not None else None
         templates = config.template_warm_start if policy is not None else None
+        search = config.search if policy is not None else None
         trained = grpo or expert  # the phases that sample from the policy, under the grammar if the program has one
         budget = None
         if spec.budget_trials:
@@ -62,6 +63,7 @@ def handle(args: argparse.Namespace) -> int:
             )
             if spec.few_shot
             else None,
+            search=search,
             template_warm_start=templates,
             expert_iteration=expert,
             grpo=grpo,
@@ -73,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
             num_threads=args.threads,
             ray=ray,
             rollout_setup=config.rollout_setup,
+            progress=True,
         )
         with status.status(f"Compiling into {config.output_dir} (phases run one after another)…"):
             best = compiler.compile(student, trainset=splits.train, valset=splits.val)

@@ -29,7 +29,7 @@ from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
 from conductor.local import EMBEDDED_MODELS
 from conductor.modules import Conductor, WorkerIds, WorkerPool
-from conductor.optimizers import BudgetSpace, ExpertIterationConfig, TemplateWarmStartConfig
+from conductor.optimizers import BudgetSpace, ExpertIterationConfig, ProgramSearchConfig, TemplateWarmStartConfig
 from conductor.optimizers.grpo import GRPOConfig
 
 if TYPE_CHECKING:
@@ -145,6 +145,9 @@ class RunConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     program: ProgramSection = ProgramSection()
     data: DataSection
+    search: ProgramSearchConfig | None = pydantic.Field(
+        None, description="program search: candidate workflows scored on the train split, the winners taught"
+    )
     template_warm_start: TemplateWarmStartConfig | None = None
     expert_iteration: ExpertIterationConfig | None = None
     grpo: GRPOConfig | None = None

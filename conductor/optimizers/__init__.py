@@ -1,6 +1,6 @@
-"""Optimizers for conductor programs, one method a room: the supervised warm start (``finetune/``), expert iteration,
-GRPO on the conductor's weights (``grpo/``), prompt search, budget tuning, and the compiler that alternates them;
-and what they share: rewards, the rollout loop (``run_and_score``), evaluation.
+"""Optimizers for conductor programs, one method a room: program search (``search/``), the supervised warm start
+(``finetune/``), expert iteration, GRPO on the conductor's weights (``grpo/``), prompt search, budget tuning, and the
+compiler that alternates them; and what they share: rewards, the rollout loop (``run_and_score``), evaluation.
 
 Importing this package needs no torch; ``GRPOConfig`` and ``GRPOTrainer`` load ``grpo`` (and torch) when first used.
 """
@@ -23,6 +23,15 @@ from conductor.optimizers.finetune import (
     templated_workflows,
     warm_start,
 )
+from conductor.optimizers.search import (
+    Candidate,
+    ProgramSearchConfig,
+    SearchResult,
+    candidate_space,
+    program_search,
+    searched_workflows,
+    write_search_report,
+)
 
 _NEED_TORCH = {"GRPOConfig", "GRPOTrainer"}  # from .grpo; imported on first use so this package needs no torch
 
@@ -38,17 +47,20 @@ def __getattr__(name: str):
 __all__ = [
     "BudgetSpace",
     "BudgetTuner",
+    "Candidate",
     "ConductorCompiler",
     "ExpertIterationConfig",
     "ExpertIterationReport",
     "GRPOConfig",
     "GRPOTrainer",
     "PhaseRecord",
+    "ProgramSearchConfig",
     "PromptSearch",
     "Reward",
     "RewardConfig",
     "RolloutJob",
     "ScoredRun",
+    "SearchResult",
     "TemplateStep",
     "TemplateWarmStartConfig",
     "TunedPoint",
@@ -56,13 +68,17 @@ __all__ = [
     "WarmStartReport",
     "WorkflowFewShot",
     "WorkflowMetric",
+    "candidate_space",
     "evaluate_program",
     "expert_iteration",
     "from_predictions",
+    "program_search",
     "rollout_program",
     "run_and_score",
     "score",
+    "searched_workflows",
     "synthetic_workflows",
     "templated_workflows",
     "warm_start",
+    "write_search_report",
 ]

@@ -29,6 +29,7 @@ from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._expert_iteration import ExpertIterationConfig, expert_iteration
 from conductor.optimizers._metric import WorkflowMetric
 from conductor.optimizers.finetune import TemplateWarmStartConfig, check_templates, templated_workflows, warm_start
+from conductor.optimizers.search import ProgramSearchConfig, program_search, searched_workflows, write_search_report
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ class ConductorCompiler(Teleprompter):
             with a budget phase, the plot of its Pareto front (``pareto.png``).
         prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
             ``PromptSearch``); ``None`` skips the prompt phases.
+        search: a ``ProgramSearchConfig`` (or its fields as a dict): a first phase that scores candidate workflows
+            made from the pool on the training questions (``program_search``; resumable, reported in ``search/``)
+            and fine-tunes a trainable conductor on each question's best, over random pools (``searched_workflows``).
         template_warm_start: a ``TemplateWarmStartConfig`` (or its fields as a dict): a first phase that fine-tunes
             a trainable conductor on known-good workflow templates per task family, over random pools
             (``templated_workflows``).
@@ -76,6 +80,7 @@ class ConductorCompiler(Teleprompter):
         ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the validation sets are scored there, one
             task per CPU (``evaluate_program``); ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s
             ``ray``.)
+        progress: show a progress bar with an ETA (stderr) for the program search.
         rollout_setup: passed to GRPO: how its rollout actors build policy and program when ``grpo`` has ``ray``.
     """
 
@@ -85,6 +90,7 @@ class ConductorCompiler(Teleprompter):
         *,
         output_dir: str | Path,
         prompt_search: Teleprompter | None = None,
+        search: Any = None,
         template_warm_start: Any = None,
         expert_iteration: Any = None,
         grpo: Any = None,
@@ -96,6 +102,7 @@ class ConductorCompiler(Teleprompter):
         num_threads: int = 1,
         ray: str | None = None,
         rollout_setup: Callable[[], Any] | None = None,
+        progress: bool = False,
     ):
         super().__init__()
         if rounds < 1:
@@ -103,6 +110,7 @@ class ConductorCompiler(Teleprompter):
         self.metric = metric
         self.output_dir = Path(output_dir)
         self.prompt_search = prompt_search
+        self.search = search
         self.template_warm_start = template_warm_start
         self.expert_iteration = expert_iteration
         self.grpo = grpo
@@ -113,6 +121,7 @@ class ConductorCompiler(Teleprompter):
         self.num_threads = num_threads
         self.ray = ray
         self.rollout_setup = rollout_setup
+        self.progress = progress
 
     # ---- the recipe ----------------------------------------------------------------------------------------------
     def compile(self, student: Conductor, *, trainset: list, valset: list | None = None, **_: Any) -> Conductor:
@@ -158,10 +167,12 @@ class ConductorCompiler(Teleprompter):
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
         policy = trainable_policy(student.orchestrate.lm)
-        weight_phases = (self.template_warm_start, self.expert_iteration, self.grpo)
+        weight_phases = (self.search, self.template_warm_start, self.expert_iteration, self.grpo)
         if any(phase is not None for phase in weight_phases) and policy is None:
             logger.warning("the conductor LM is not a trainable ConductorLM: its weights are not trained")
         phases: list[tuple[str, Phase]] = []
+        if self.search is not None and policy is not None:
+            phases.append(("program-search", self._search_phase))
         if self.template_warm_start is not None and policy is not None:
             # before the start is scored: a template on a worker the pool lacks fails at once, losing nothing
             check_templates(student.pool, TemplateWarmStartConfig.model_validate(self.template_warm_start).templates)
@@ -184,6 +195,26 @@ class ConductorCompiler(Teleprompter):
         return (
             searched,
             f"conductor and role instructions; {demos} few-shot workflow(s) ({type(self.prompt_search).__name__})",
+        )
+
+    def _search_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
+        config = ProgramSearchConfig.model_validate(self.search)
+        folder = self.output_dir / "search"
+        result = program_search(program, trainset, self.metric, config, output_dir=folder, progress=self.progress)
+        write_search_report(result, folder, label=config.label)
+        examples = searched_workflows(
+            program.pool,
+            result,
+            pools_per_question=config.pools_per_question,
+            min_pool_size=config.min_pool_size,
+            seed=config.seed,
+        )
+        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config.training)
+        kinds = len({w.name for w in map(result.winner, range(len(result.examples))) if w is not None})
+        return program, (
+            f"the conductor's LoRA weights: a warm start on the search's winners ({len(result.candidates)} candidates, "
+            f"{result.cost.worker_calls} worker calls, {kinds} distinct winners; table in search/oracle.md), "
+            f"{len(examples)} examples over random pools, {report.steps} steps"
         )
 
     def _template_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:

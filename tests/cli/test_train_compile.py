@@ -209,3 +209,56 @@ def test_a_config_can_have_workflows_name_the_workers(tmp_path: Path) -> None:
     assert program.orchestrate.lm.engine.logits_processor.format.worker_names == ("calc", "title")
     with pytest.raises(ConfigError, match=r"program\.worker_ids"):
         load_run_config(write_config(tmp_path, {"worker_ids": "places"}))
+
+
+def write_questions(tmp_path: Path) -> Path:
+    """A user's own file with nothing but questions and answers: sums the calculator answers, programs the Python
+    tool answers, no label of which is which."""
+    rows = [{"question": f"{i} + {i + 2}", "answer": str(2 * i + 2)} for i in range(4)]
+    code = "What does this print?\n```python\nprint('ab' * {})\n```"
+    rows += [{"question": code.format(i + 1), "answer": "ab" * (i + 1)} for i in range(4)]
+    path = tmp_path / "questions.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def search_config(tmp_path: Path, **sections: Any) -> Path:
+    path = write_config(tmp_path, **sections)
+    config = yaml.safe_load(path.read_text())
+    pool = {
+        "workers": [
+            {"name": "calc", "kind": "tool", "tool": "calculator"},
+            {"name": "py", "kind": "tool", "tool": "python"},
+        ]
+    }
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    config["data"] = {"file": {"path": str(write_questions(tmp_path))}, "fractions": [0.75, 0.25, 0.0]}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+SEARCH = {"samples": 0, "pools_per_question": 1, "training": {"steps": 2, "max_length": 4096}}
+
+
+def test_compile_searches_a_file_of_questions_and_answers_and_teaches_the_winners(tmp_path: Path) -> None:
+    config = search_config(tmp_path, search=SEARCH, compile={"few_shot": 0})
+    assert main(["compile", str(config), "--no-test"]) == 0
+    records = json.loads((tmp_path / "run" / "phases.json").read_text())
+    assert [r["phase"] for r in records] == ["start", "program-search"]
+    assert "a warm start on the search's winners" in records[1]["change"]
+    assert "6 examples over random pools, 2 steps" in records[1]["change"]
+    found = {row["kind"]: row for row in json.loads((tmp_path / "run" / "search" / "oracle.json").read_text())}
+    assert set(found) == {"calc", "py"}, found  # grouped by winner: each kind's own tool
+    assert found["calc"]["best_score"] == found["py"]["best_score"] == 1.0
+    summary = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
+    assert summary["candidates"] == 4 and summary["worker_calls"] > 0  # 2 singles and 2 pairs (no self-checks)
+
+
+def test_search_alone_prints_the_oracle_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = search_config(tmp_path, search=SEARCH)
+    assert main(["search", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "| kind | questions | best candidate |" in out and "| calc |" in out and "| py |" in out
+    assert (tmp_path / "run" / "search" / "questions.jsonl").exists()
+    with pytest.raises(SystemExit):  # argparse: at least 1
+        main(["search", str(config), "--max-worker-calls", "0"])

@@ -159,35 +159,56 @@ def templated_workflows(
     seed: int = 0,
 ) -> list[TrainingExample]:
     """Warm-start examples from known-good workflow templates (say, the best fixed pipeline of each task family in
-    an oracle table), over random pools so that the conductor learns workers by name, not by place: for every
-    example whose ``label`` field has templates, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each
-    pool a random subset (at least ``min_pool_size`` workers) and order of ``pool``, each workflow the first of the
-    label's templates (in order of preference) whose workers that pool holds, on their places in it. A label with
-    several templates so teaches what to do when a pool lacks the first one's workers; a subset no template fits is
-    drawn again. Examples without a template are left out; unusable templates are a ``ConfigError``
-    (``check_templates``)."""
+    an oracle table): ``preferred_workflows`` with, for every example whose ``label`` field has templates, the
+    label's templates in order of preference. Examples without a template are left out; unusable templates are a
+    ``ConfigError`` (``check_templates``)."""
     check_templates(pool, templates)
     choices = {key: template_choices(value) for key, value in templates.items()}
+    preferences = [
+        (dict(example.inputs()), choices[str(example.get(label))])
+        for example in examples
+        if str(example.get(label)) in choices
+    ]
+    return preferred_workflows(
+        pool, preferences, pools_per_question=pools_per_question, min_pool_size=min_pool_size, seed=seed
+    )
+
+
+def preferred_workflows(
+    pool: WorkerPool,
+    preferences: Sequence[tuple[dict[str, Any], Sequence[tuple[TemplateStep, ...]]]],
+    *,
+    pools_per_question: int = 4,
+    min_pool_size: int = 1,
+    seed: int = 0,
+) -> list[TrainingExample]:
+    """Warm-start examples over random pools, so that the conductor learns workers by name, not by place: for every
+    ``(inputs, alternatives)``, ``pools_per_question`` ``(inputs, workflow, pool)`` examples, each pool a random
+    subset (at least ``min_pool_size`` workers) and order of ``pool``, each workflow the first of ``alternatives``
+    (templates in order of preference) whose workers that pool holds, on their places in it. Alternatives on
+    workers the pool lacks so teach what to do when a pool lacks the first one's; a subset no alternative fits is
+    drawn again, so every question's alternatives must include one that ``pool`` itself can run."""
     names = pool.names
     rng = random.Random(seed)
     out: list[TrainingExample] = []
-    for example in examples:
-        alternatives = choices.get(str(example.get(label)))
-        if alternatives is None:
-            continue
+    for inputs, alternatives in preferences:
         for _ in range(pools_per_question):
             chosen, steps = _pool_and_template(rng, names, alternatives, min_pool_size)
-            place = {names[i]: position for position, i in enumerate(chosen)}
-            workflow = Workflow(tuple(Step(place[s.worker], s.subtask, s.access) for s in steps))
-            out.append((dict(example.inputs()), workflow, pool.subset(chosen)))
+            out.append((inputs, template_workflow(steps, [names[i] for i in chosen]), pool.subset(chosen)))
     return out
+
+
+def template_workflow(steps: Sequence[TemplateStep], names: Sequence[str]) -> Workflow:
+    """A template's steps on their workers' places in a pool whose workers are ``names``, in order."""
+    place = {name: i for i, name in enumerate(names)}
+    return Workflow(tuple(Step(place[s.worker], s.subtask, s.access) for s in steps))
 
 
 def _pool_and_template(
     rng: random.Random, names: Sequence[str], alternatives: Sequence[tuple[TemplateStep, ...]], min_pool_size: int
 ) -> tuple[list[int], tuple[TemplateStep, ...]]:
     """A random subset and order of the pool's worker indices and the first template it holds the workers of. The
-    whole pool holds every template's workers (``check_templates``), so the draw ends."""
+    whole pool holds some template's workers, so the draw ends."""
     while True:
         chosen = rng.sample(range(len(names)), rng.randint(min(len(names), min_pool_size), len(names)))
         present = {names[i] for i in chosen}

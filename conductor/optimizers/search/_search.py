@@ -1,0 +1,355 @@
+"""Program search: score the candidate workflows on the training questions and find each question's best.
+
+Scoring shares samples: the pool is wrapped in ``ReplayWorker``s, so every candidate that sends a worker the same
+prompt (a single worker and every pair that opens with its step) gets the same completion, and each distinct prompt
+is paid for once. Candidates are dropped by successive halving: all of them answer a first rung of questions, then
+each rung keeps the best ``1/eta`` by mean score, and the rung after scores the survivors on ``eta`` times as many
+questions. Hand-written: Optuna's pruners judge a trial by one running value, but here a candidate that is right only
+on a minority kind of question (low mean, the only right one there) must survive, so the rule also keeps every
+question's own winner, which no pruner expresses.
+
+The budget is in worker calls actually made (replayed answers are free): a question is started only if the
+survivors' steps, all called anew, would still fit, so the search never spends past it. Each scored (question,
+candidate) pair is appended to ``scores.jsonl`` in the output folder as it finishes: a search run again with the same
+folder, data and settings skips them and makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pydantic
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from conductor.errors import ConfigError
+from conductor.modules import Conductor, ReplayWorker, WorkerPool
+from conductor.optimizers._rewards import Metric, RewardConfig
+from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
+from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
+from conductor.optimizers.search._space import DIRECT, Candidate, candidate_space
+
+logger = logging.getLogger(__name__)
+
+SCORES = "scores.jsonl"
+STATE = "search.json"
+
+
+class ProgramSearchConfig(pydantic.BaseModel):
+    """What the search tries, how fast it drops candidates, what it may spend, and how the warm start teaches what
+    it found."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    subtasks: tuple[str, ...] = pydantic.Field(
+        (DIRECT,), min_length=1, description="first-step instructions tried on every worker (the first opens pairs)"
+    )
+    samples: int = pydantic.Field(3, ge=0, description="answers of one model a combiner sees; below 2: no such shapes")
+    pairs: bool = pydantic.Field(True, description="try every worker followed by every worker that checks it")
+    templates: dict[str, tuple[tuple[TemplateStep, ...], ...]] = pydantic.Field(
+        {}, description="optional hand-written workflows (name -> steps, by worker name) scored beside the space"
+    )
+    first_rung: int = pydantic.Field(8, ge=1, description="questions every candidate answers before any is dropped")
+    eta: int = pydantic.Field(3, ge=2, description="each rung keeps 1/eta of the candidates on eta times the questions")
+    max_worker_calls: int | None = pydantic.Field(None, ge=1, description="the most worker calls the search makes")
+    max_parallel: int = pydantic.Field(8, ge=1, description="candidates run at once on a question")
+    label: str | None = pydantic.Field(
+        None, description="an example field that names its kind (a task family) for the oracle table; None: groups"
+    )
+    seed: int = 0
+    pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (warm-start examples) a question")
+    min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
+    training: WarmStartConfig = WarmStartConfig(steps=40)
+
+    @pydantic.field_validator("templates", mode="before")
+    @classmethod
+    def _template_steps(cls, value: Any) -> Any:
+        return {name: template_choices(steps) for name, steps in value.items()} if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One candidate on one question: its score in [0, 1] and what its run cost (as if run alone)."""
+
+    score: float
+    steps: int
+    tokens: int
+    cost: float
+
+    @property
+    def price(self) -> tuple[float, int, int]:
+        """What ties are broken by: dollars, then steps (calls), then tokens."""
+        return (self.cost, self.steps, self.tokens)
+
+
+@dataclass
+class SearchCost:
+    """What the search itself spent: worker calls made (replayed answers excluded), their tokens, and wall time."""
+
+    worker_calls: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+
+
+@dataclass
+class SearchResult:
+    """The scored candidates: ``outcomes[i][name]`` is candidate ``name`` on ``examples[i]`` (absent where it was
+    dropped before that question, or the budget ran out)."""
+
+    candidates: list[Candidate]
+    examples: list[dspy.Example]
+    outcomes: list[dict[str, Outcome]]
+    cost: SearchCost
+    rungs: list[dict[str, int]] = field(default_factory=list)
+    exhausted: bool = False
+    """Whether the worker-call budget stopped the search before every survivor answered every question."""
+
+    def mean(self, candidate: Candidate) -> tuple[float, int]:
+        """The candidate's mean score over the questions it answered, and how many those were."""
+        scores = [row[candidate.name].score for row in self.outcomes if candidate.name in row]
+        return (sum(scores) / len(scores) if scores else 0.0, len(scores))
+
+    def mean_price(self, candidate: Candidate) -> tuple[float, float, float]:
+        prices = [row[candidate.name].price for row in self.outcomes if candidate.name in row]
+        return tuple(sum(p[i] for p in prices) / max(len(prices), 1) for i in range(3))  # type: ignore[return-value]
+
+    def overall(self) -> list[Candidate]:
+        """Every candidate, best first: the survivors of later rungs (more questions answered) before those dropped
+        earlier, then by mean score, then the cheaper. Means over different questions are not compared."""
+        return sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c)))
+
+    def preferences(self, index: int) -> list[Candidate]:
+        """The candidates for question ``index`` in the order the warm start prefers them: those it scored, best
+        first and the cheaper of equals first, then the rest in ``overall`` order. A question no candidate answers
+        gets ``overall``: where a single strong worker would send it."""
+        row = self.outcomes[index]
+        rank = {c.name: i for i, c in enumerate(self.overall())}
+        if not any(o.score > 0 for o in row.values()):
+            return self.overall()
+        return sorted(
+            self.candidates,
+            key=lambda c: (c.name not in row, -row[c.name].score if c.name in row else 0, _price(row, c), rank[c.name]),
+        )
+
+    def winner(self, index: int) -> Candidate | None:
+        """Question ``index``'s best candidate (the cheapest of the best), or ``None`` when none answered it."""
+        row = self.outcomes[index]
+        if not any(o.score > 0 for o in row.values()):
+            return None
+        return self.preferences(index)[0]
+
+
+def _price(row: dict[str, Outcome], candidate: Candidate) -> tuple[float, int, int]:
+    return row[candidate.name].price if candidate.name in row else (math.inf, 0, 0)
+
+
+def program_search(
+    program: Conductor,
+    trainset: Sequence[dspy.Example],
+    metric: Metric,
+    config: ProgramSearchConfig | None = None,
+    *,
+    output_dir: str | Path | None = None,
+    progress: bool = False,
+) -> SearchResult:
+    """Score ``program``'s candidate workflows (``candidate_space`` over its pool, plus ``config``'s
+    templates) on ``trainset`` with ``metric``, by successive halving within ``max_worker_calls``; with
+    ``output_dir``, resumable and reported there (``write_search_report``). Raises ``ConfigError`` for a pool or dataset
+    the search can't use."""
+    config = config or ProgramSearchConfig()
+    candidates = _space(program, config)
+    examples = _usable(program, trainset)
+    order = list(range(len(examples)))
+    random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
+    store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
+    replay = WorkerPool([ReplayWorker(w) for w in program.pool], fallbacks=program.pool.fallbacks)
+    runner = rollout_program(program, replay)
+    started, alive, rungs = time.perf_counter(), list(candidates), []
+    size, exhausted = min(config.first_rung, len(order)), False
+    with _progress(progress) as bar:
+        while True:
+            bar(f"rung {len(rungs) + 1}: {len(alive)} candidates on {size} questions", len(alive) * size)
+            for i in order[:size]:
+                if not _fits(replay, store.cost, alive, config.max_worker_calls):
+                    exhausted = True
+                    break
+                _score_question(runner, examples[i], alive, metric, config, store, i)
+                bar(None, len(alive))
+            rungs.append({"candidates": len(alive), "questions": size})
+            if exhausted or size == len(order):
+                break
+            alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
+            size = min(len(order), size * config.eta)
+    spent = store.cost
+    spent.worker_calls += sum(w.calls for w in replay)
+    spent.tokens += sum(w.tokens for w in replay)
+    spent.wall_s += time.perf_counter() - started
+    store.save_cost(spent)
+    outcomes = [store.outcomes(i) for i in range(len(examples))]
+    result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted)
+    logger.info(
+        "program search: %d candidates, %d worker calls, %d tokens, %.1f s%s",
+        len(candidates),
+        spent.worker_calls,
+        spent.tokens,
+        spent.wall_s,
+        " (budget exhausted)" if exhausted else "",
+    )
+    return result
+
+
+def _space(program: Conductor, config: ProgramSearchConfig) -> list[Candidate]:
+    if not len(program.pool):
+        raise ConfigError("program search needs a pool with at least one worker")
+    space = candidate_space(
+        program.pool,
+        subtasks=config.subtasks,
+        samples=config.samples,
+        max_steps=program.limits.max_steps,
+        pairs=config.pairs,
+    )
+    names = set(program.pool.names)
+    for name, alternatives in config.templates.items():
+        for i, steps in enumerate(alternatives):
+            missing = sorted({s.worker for s in steps} - names)
+            if missing:
+                raise ConfigError(f"search template {name!r} names workers the pool lacks: {missing}")
+            space.append(Candidate(f"{name}" if len(alternatives) == 1 else f"{name} [{i + 1}]", steps))
+    return space
+
+
+def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.Example]:
+    """The training examples, after checking each has the program's inputs (one error listing every bad one)."""
+    if not trainset:
+        raise ConfigError("program search needs at least one training question; got none")
+    problems = []
+    for i, example in enumerate(trainset):
+        try:
+            inputs = example.inputs()
+        except ValueError:
+            problems.append(f"example {i} has no input fields: build it with .with_inputs(...)")
+            continue
+        question = program.question_text(dict(inputs))
+        if not isinstance(question, str):
+            problems.append(f"example {i}: {question.message}")
+    if problems:
+        raise ConfigError("unusable training questions for program search:\n" + "\n".join(f"  {p}" for p in problems))
+    return list(trainset)
+
+
+def _fits(pool: WorkerPool, spent: SearchCost, alive: Sequence[Candidate], budget: int | None) -> bool:
+    """Whether one more question fits the budget even if every survivor's every step were a new call."""
+    if budget is None:
+        return True
+    made = spent.worker_calls + sum(w.calls for w in pool)
+    return made + sum(len(c.steps) for c in alive) <= budget
+
+
+def _score_question(
+    runner: Conductor,
+    example: dspy.Example,
+    alive: Sequence[Candidate],
+    metric: Metric,
+    config: ProgramSearchConfig,
+    store: _ScoreStore,
+    index: int,
+) -> None:
+    """Run every surviving candidate not yet scored on ``example`` and record each outcome (the metric's score,
+    with a wrong answer and a failed run both 0)."""
+    todo = [c for c in alive if c.name not in store.outcomes(index)]
+    names = runner.pool.names
+    jobs = [RolloutJob(example, template_workflow(c.steps, names)) for c in todo]
+    runs = run_and_score(runner, jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
+    for candidate, run in zip(todo, runs, strict=True):
+        reward = run.reward
+        store.add(index, candidate, Outcome(reward.value, reward.steps, reward.tokens, reward.cost))
+
+
+def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], eta: int) -> list[Candidate]:
+    """The best ``ceil(len(alive) / eta)`` by mean score over ``rows`` (the cheaper of equals first), and every
+    question's own winner: the cheapest of those that scored best on it, when any scored."""
+
+    def mean(c: Candidate) -> float:
+        return sum(row[c.name].score for row in rows) / len(rows)
+
+    def price(c: Candidate) -> tuple[float, ...]:
+        return tuple(sum(row[c.name].price[i] for row in rows) for i in range(3))
+
+    ranked = sorted(alive, key=lambda c: (-mean(c), price(c)))
+    keep = {c.name for c in ranked[: math.ceil(len(alive) / eta)]}
+    for row in rows:
+        best = max(row[c.name].score for c in alive)
+        if best > 0:
+            keep.add(min((c for c in alive if row[c.name].score == best), key=lambda c: row[c.name].price).name)
+    return [c for c in alive if c.name in keep]
+
+
+class _ScoreStore:
+    """Outcomes in memory, and appended to ``scores.jsonl`` as they come when there is a folder; cost and the
+    candidates' steps in ``search.json``. A line whose candidate is no longer in the space is ignored."""
+
+    def __init__(self, folder: Path | None, candidates: Sequence[Candidate]):
+        self.folder = folder
+        self._rows: dict[int, dict[str, Outcome]] = {}
+        self.cost = SearchCost()
+        if folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        known = {c.name: c for c in candidates}
+        lines = (folder / SCORES).read_text().splitlines() if (folder / SCORES).exists() else []
+        for n, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+                if known.get(record["candidate"]) is not None and _steps(known[record["candidate"]]) == record["steps"]:
+                    self._rows.setdefault(record["question"], {})[record["candidate"]] = Outcome(**record["outcome"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:  # a line cut short by a kill: score it again
+                logger.warning("%s line %d unreadable (%s): that pair is scored again", folder / SCORES, n + 1, exc)
+        if (folder / STATE).exists():
+            saved = json.loads((folder / STATE).read_text())
+            self.cost = SearchCost(**{name: saved[name] for name in ("worker_calls", "tokens", "wall_s")})
+        if self._rows:
+            logger.info("program search: resuming with %d scored pairs", sum(map(len, self._rows.values())))
+
+    def outcomes(self, index: int) -> dict[str, Outcome]:
+        return self._rows.setdefault(index, {})
+
+    def add(self, index: int, candidate: Candidate, outcome: Outcome) -> None:
+        self.outcomes(index)[candidate.name] = outcome
+        if self.folder is not None:
+            record = {"question": index, "candidate": candidate.name, "steps": _steps(candidate)}
+            with open(self.folder / SCORES, "a") as f:
+                f.write(json.dumps({**record, "outcome": asdict(outcome)}) + "\n")
+
+    def save_cost(self, cost: SearchCost) -> None:
+        if self.folder is not None:
+            (self.folder / STATE).write_text(json.dumps(asdict(cost), indent=2))
+
+
+def _steps(candidate: Candidate) -> list[dict[str, Any]]:
+    return [step.model_dump(mode="json") for step in candidate.steps]
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str | None, int], None]]:
+    """A rich bar with an ETA on stderr; yields ``update(description, n)``: a new rung of ``n`` runs when
+    ``description`` is given, else ``n`` more runs done."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled) as shown:
+        task = shown.add_task("program search", total=None)
+
+        def update(description: str | None, n: int) -> None:
+            if description is None:
+                shown.update(task, advance=n)
+            else:
+                shown.update(task, description=description, total=n, completed=0)
+
+        yield update

@@ -1,0 +1,243 @@
+"""Program search over scripted workers: the space, the halving schedule, the budget, resuming, the report, and
+teaching its winners over random pools.
+
+The pool is the learning test's: worker ``reverse`` reverses the quoted word of the task, ``add`` adds its two
+numbers, ``shout`` writes the latest earlier answer it is shown in capitals. Three kinds of question, each answered
+right only by its own workflow (one of them two steps), given to the search without labels.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import dspy
+import pydantic
+import pytest
+
+from conductor.errors import ConfigError
+from conductor.modules import Conductor, ToolWorker, WorkerPool
+from conductor.optimizers import (
+    ProgramSearchConfig,
+    candidate_space,
+    program_search,
+    searched_workflows,
+    write_search_report,
+)
+from conductor.testing import ScriptedWorker
+
+WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock", "moon", "star", "leaf", "wolf"]
+FAMILIES = {
+    "spell": (lambda i: f"Spell '{WORDS[i]}' backwards.", lambda i: WORDS[i][::-1]),
+    "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", lambda i: str(3 * i + 8)),
+    "shout": (lambda i: f"Shout '{WORDS[i]}' backwards, in capitals.", lambda i: WORDS[i][::-1].upper()),
+}
+RIGHT_SHAPE = {"spell": ("reverse",), "add": ("add",), "shout": ("reverse", "shout")}
+
+
+def task(prompt: str) -> str:
+    return prompt.split("Your subtask")[0].split("response:")[0]
+
+
+def reverse(prompt: str) -> str:
+    match = re.search(r"'(\w+)'", task(prompt))
+    return match[1][::-1] if match else "I can't do that."
+
+
+def add(prompt: str) -> str:
+    match = re.search(r"Add (\d+) and (\d+)", task(prompt))
+    return str(int(match[1]) + int(match[2])) if match else "I can't do that."
+
+
+def shout(prompt: str) -> str:
+    earlier = re.findall(r"response:\n(.*)", prompt)
+    return earlier[-1].strip().upper() if earlier else "I have nothing to shout."
+
+
+def workers() -> list[ScriptedWorker]:
+    return [ScriptedWorker("reverse", reverse), ScriptedWorker("add", add), ScriptedWorker("shout", shout)]
+
+
+def example(family: str, i: int, *, labelled: bool = False) -> dspy.Example:
+    question, answer = FAMILIES[family]
+    fields = {"question": question(i), "answer": answer(i)}
+    return dspy.Example(**fields, **({"family": family} if labelled else {})).with_inputs("question")
+
+
+def right(example: dspy.Example, prediction: dspy.Prediction) -> bool:
+    return prediction.answer == example.answer
+
+
+def questions(indices: range, *, labelled: bool = False) -> list[dspy.Example]:
+    """Questions of the three kinds interleaved, as a user's file mixes them."""
+    return [example(f, i, labelled=labelled) for i in indices for f in FAMILIES]
+
+
+def family_of(example: dspy.Example) -> str:
+    return next(f for f in FAMILIES if FAMILIES[f][0](0).split()[0] == example.question.split()[0])
+
+
+def shape(steps) -> tuple[str, ...]:
+    return tuple(step.worker for step in steps)
+
+
+# ---- the space ------------------------------------------------------------------------------------------------------
+def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit() -> None:
+    pool = WorkerPool([*workers(), ToolWorker("calc", lambda text: "4")])
+    space = candidate_space(pool, samples=3, max_steps=5)
+    names = [c.name for c in space]
+    assert len(names) == len(set(names)), "candidate names are unique"
+    assert names[:4] == ["reverse", "add", "shout", "calc"]  # singles first
+    assert "reverse -> shout (verify)" in names and "reverse -> shout (refine)" in names and "add -> calc" in names
+    assert "calc -> calc" not in names  # a tool never checks itself
+    assert "reverse -> reverse (verify)" in names  # a model may check its own answer
+    assert "add x3 -> calc" in names and not any(n.startswith("calc x3") for n in names)  # only models sample
+    assert all(len(c.steps) <= 5 for c in space)
+    pairs = [c for c in space if len(c.steps) == 2]
+    assert all(c.steps[0] == next(s for s in space if s.name == c.steps[0].worker).steps[0] for c in pairs), (
+        "a pair opens with its single worker's own step, so a replaying pool shares that answer"
+    )
+    assert all(len(c.steps) <= 2 for c in candidate_space(pool, samples=3, max_steps=2))
+    assert [c.name for c in candidate_space(pool, pairs=False, samples=0)] == ["reverse", "add", "shout", "calc"]
+
+
+# ---- the search -----------------------------------------------------------------------------------------------------
+def test_the_search_finds_each_kinds_workflow_from_unlabelled_questions(tmp_path: Path) -> None:
+    pool = workers()
+    program = Conductor(WorkerPool(pool), max_steps=4)
+    trainset = questions(range(6))
+    result = program_search(program, trainset, right, ProgramSearchConfig(first_rung=6), output_dir=tmp_path)
+    for i, ex in enumerate(trainset):
+        winner = result.winner(i)
+        assert winner is not None and shape(winner.steps) == RIGHT_SHAPE[family_of(ex)], (ex.question, winner)
+    assert len(result.rungs) >= 2 and result.rungs[-1]["candidates"] < result.rungs[0]["candidates"], result.rungs
+    # shared samples: each distinct prompt is one call (a pair reuses its single worker's answer), so far fewer calls
+    # than the steps of every candidate on every question
+    assert all(len(w.prompts) == len(set(w.prompts)) for w in pool)
+    steps_run = sum(o.steps for row in result.outcomes for o in row.values())
+    assert sum(w.calls for w in pool) == result.cost.worker_calls < 0.6 * steps_run, (result.cost, steps_run)
+    assert result.cost.tokens > 0 and result.cost.wall_s > 0
+
+
+def test_successive_halving_keeps_a_minority_kinds_only_right_workflow() -> None:
+    # one "shout" question among 24: by mean score its pair is near the bottom, but it alone answers that one. The
+    # search shuffles the questions with random.Random(seed); the shout question is put where the first rung has it.
+    order = list(range(24))
+    random.Random(0).shuffle(order)
+    others = iter([example("spell", i) for i in range(12)] + [example("add", i) for i in range(11)])
+    trainset = [example("shout", 0) if i == order[0] else next(others) for i in range(24)]
+    program = Conductor(WorkerPool(workers()), max_steps=2)
+    result = program_search(program, trainset, right, ProgramSearchConfig(first_rung=8, eta=3, samples=0))
+    assert [r["questions"] for r in result.rungs] == [8, 24]
+    winner = result.winner(order[0])
+    assert winner is not None and shape(winner.steps) == ("reverse", "shout")
+    survivors = [c for c in result.candidates if all(c.name in row for row in result.outcomes)]
+    assert winner in survivors and len(survivors) < len(result.candidates) / 2
+
+
+def test_the_worker_call_budget_is_never_exceeded() -> None:
+    pool = workers()
+    program = Conductor(WorkerPool(pool), max_steps=4)
+    result = program_search(program, questions(range(6)), right, ProgramSearchConfig(max_worker_calls=40))
+    assert result.exhausted
+    assert sum(w.calls for w in pool) == result.cost.worker_calls <= 40
+    with pytest.raises(pydantic.ValidationError):
+        ProgramSearchConfig(max_worker_calls=0)
+
+
+def test_a_search_run_again_resumes_without_calling_a_worker_for_scored_pairs(tmp_path: Path) -> None:
+    trainset = questions(range(4))
+    first = program_search(Conductor(WorkerPool(workers()), max_steps=4), trainset, right, output_dir=tmp_path)
+    again = workers()
+    second = program_search(Conductor(WorkerPool(again), max_steps=4), trainset, right, output_dir=tmp_path)
+    assert sum(w.calls for w in again) == 0
+    assert [second.winner(i) for i in range(len(trainset))] == [first.winner(i) for i in range(len(trainset))]
+    assert second.cost.worker_calls == first.cost.worker_calls  # the cost so far is carried over, not reset
+
+
+def test_a_search_killed_mid_write_scores_the_cut_pair_again(tmp_path: Path) -> None:
+    trainset = questions(range(2))
+    program_search(Conductor(WorkerPool(workers()), max_steps=2), trainset, right, output_dir=tmp_path)
+    scores = tmp_path / "scores.jsonl"
+    lines = scores.read_text().splitlines()
+    scores.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # the last line cut short
+    again = workers()
+    result = program_search(Conductor(WorkerPool(again), max_steps=2), trainset, right, output_dir=tmp_path)
+    assert 0 < sum(w.calls for w in again) <= 2  # the cut pair alone is run again
+    assert all(result.winner(i) is not None for i in range(len(trainset)))
+
+
+def test_unusable_input_is_refused_before_any_worker_runs() -> None:
+    pool = workers()
+    program = Conductor(WorkerPool(pool), max_steps=2)
+    with pytest.raises(ConfigError, match="at least one training question"):
+        program_search(program, [], right)
+    bad = [example("spell", 0), dspy.Example(question="no inputs declared"), dspy.Example(q="x").with_inputs("q")]
+    with pytest.raises(ConfigError) as error:
+        program_search(program, bad, right)
+    assert "example 1 has no input fields" in str(error.value) and "example 2" in str(error.value)
+    config = ProgramSearchConfig(templates={"mine": [{"worker": "gpt", "subtask": "Solve."}]})
+    with pytest.raises(ConfigError, match="lacks: \\['gpt'\\]"):
+        program_search(program, [example("spell", 0)], right, config)
+    assert sum(w.calls for w in pool) == 0
+
+
+def test_hand_written_templates_are_scored_beside_the_space() -> None:
+    template = [{"worker": "reverse", "subtask": "Reverse.", "access": []}, {"worker": "shout", "subtask": "Shout."}]
+    config = ProgramSearchConfig(templates={"reverse then shout": template}, pairs=False, samples=0)
+    result = program_search(Conductor(WorkerPool(workers()), max_steps=2), [example("shout", 0)], right, config)
+    assert result.winner(0).name == "reverse then shout"
+
+
+# ---- the report ------------------------------------------------------------------------------------------------------
+def test_the_report_groups_unlabelled_questions_by_winner_and_labelled_ones_by_label(tmp_path: Path) -> None:
+    program = Conductor(WorkerPool(workers()), max_steps=2)
+    result = program_search(program, questions(range(3), labelled=True), right, ProgramSearchConfig(samples=0))
+    write_search_report(result, tmp_path / "by-group")
+    rows = json.loads((tmp_path / "by-group" / "oracle.json").read_text())
+    assert {r["kind"] for r in rows} == {"reverse", "add", "reverse -> shout (verify)"}
+    write_search_report(result, tmp_path / "by-label", label="family")
+    rows = {r["kind"]: r for r in json.loads((tmp_path / "by-label" / "oracle.json").read_text())}
+    assert rows["shout"]["best"] == "reverse -> shout (verify)" and rows["shout"]["best_score"] == 1.0
+    assert rows["shout"]["best_single_score"] == 0.0 and rows["add"]["best_single"] == "add"
+    table = (tmp_path / "by-label" / "oracle.md").read_text()
+    assert "| shout | 3 | reverse -> shout (verify) | 1.00 |" in table
+    lines = (tmp_path / "by-label" / "questions.jsonl").read_text().splitlines()
+    assert len(lines) == 9 and json.loads(lines[0])["winner"] == "reverse"
+    summary = json.loads((tmp_path / "by-label" / "search.json").read_text())
+    assert summary["candidates"] == len(result.candidates) and summary["worker_calls"] == result.cost.worker_calls
+
+
+# ---- teaching --------------------------------------------------------------------------------------------------------
+def test_teaching_falls_back_to_the_best_candidate_a_random_pool_can_run() -> None:
+    pool = WorkerPool(workers())
+    program = Conductor(pool, max_steps=2)
+    trainset = questions(range(3))
+    result = program_search(program, trainset, right, ProgramSearchConfig(samples=0))
+    examples = searched_workflows(pool, result, pools_per_question=8, seed=1)
+    assert len(examples) == 8 * len(trainset)
+    taught = {}
+    for inputs, workflow, subpool in examples:
+        family = family_of(dspy.Example(**inputs))
+        names = tuple(subpool.names[s.worker] for s in workflow.steps)
+        if set(RIGHT_SHAPE[family]) <= set(subpool.names):
+            assert names == RIGHT_SHAPE[family], (family, subpool.names, names)
+        taught.setdefault(family, set()).add(names)
+    # a pool without "shout" can't run the shout kind's pair: it is taught the next best the pool can run
+    assert len(taught["shout"]) > 1
+
+
+def test_questions_no_candidate_answers_are_taught_the_best_on_average() -> None:
+    pool = WorkerPool(workers())
+    program = Conductor(pool, max_steps=2)
+    impossible = dspy.Example(question="Sing 'la'.", answer="never").with_inputs("question")
+    trainset = [*questions(range(2)), impossible]
+    result = program_search(program, trainset, right, ProgramSearchConfig(samples=0))
+    assert result.winner(len(trainset) - 1) is None
+    best = result.overall()[0]
+    examples = searched_workflows(pool, result, pools_per_question=1, min_pool_size=3, seed=0)
+    inputs, workflow, subpool = examples[-1]
+    assert inputs == {"question": "Sing 'la'."}
+    assert tuple(subpool.names[s.worker] for s in workflow.steps) == shape(best.steps)
