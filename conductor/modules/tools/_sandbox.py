@@ -185,7 +185,7 @@ def _bwrap_path() -> str:
 
 
 def _system_binds() -> list[str]:
-    """Read-only binds of the system and the Python installation, with the same paths as outside (symlinks hold)."""
+    """Read-only binds of the system, with the same paths as outside (symlinks hold)."""
     args = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):  # merged /usr: a link into it
@@ -194,6 +194,14 @@ def _system_binds() -> list[str]:
             args += ["--ro-bind", top, top]
     for name in ("/etc/ld.so.cache", "/etc/localtime"):
         args += ["--ro-bind-try", name, name]
+    return args
+
+
+def _python_binds() -> list[str]:
+    """Read-only binds of the Python installation, with the same paths as outside. Made after the sandbox's own
+    ``/tmp``: an interpreter under ``/tmp`` (a venv in a temporary folder, a pytest ``tmp_path``) would else be
+    hidden by it."""
+    args = []
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     python.add(os.path.dirname(os.path.realpath(sys.executable)))
     python = {os.path.realpath(p) for p in python}
@@ -210,6 +218,7 @@ def _bwrap_command(bwrap: str, seccomp_fd: int | None) -> list[str]:
     command += ["--uid", str(_SANDBOX_UID), "--gid", str(_SANDBOX_UID), "--hostname", "sandbox"]
     command += _system_binds()
     command += ["--proc", "/proc", "--dev", "/dev", "--size", str(_MAX_FILE_BYTES), "--tmpfs", _SANDBOX_TMP]
+    command += _python_binds()
     # Only the size-limited /tmp stays writable: bwrap's root and /dev are tmpfs without a size limit.
     command += ["--remount-ro", "/dev", "--remount-ro", "/"]
     command += ["--chdir", _SANDBOX_TMP, "--clearenv"]
@@ -227,14 +236,26 @@ def _check_bwrap(bwrap: str) -> None:
         command = [*_bwrap_command(bwrap, fd), sys.executable, "-I", "-S", "-c", "pass"]
         result = subprocess.run(command, capture_output=True, text=True, pass_fds=_fds(fd), timeout=30, env={})
     if result.returncode != 0:
-        why = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
+        why = (result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"])[0]
         raise WorkerError(
-            f"bubblewrap ({bwrap}) can't create the Python tool's sandbox here: {why[0]}. It needs user namespaces "
-            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns"
-            "=0 or an AppArmor profile for bwrap; in Docker, a seccomp profile that allows them); "
-            'or build the tool with isolation="none" to run code unisolated',
+            f"bubblewrap ({bwrap}) can't create the Python tool's sandbox here: {why}. {_fix(why)}",
             retryable=False,
         )
+
+
+def _fix(why: str) -> str:
+    """What to do about bwrap's complaint ``why``: the interpreter not found inside, or no user namespaces."""
+    if "execvp" in why:
+        return (
+            f"The interpreter {sys.executable} is not visible inside the sandbox (bound read-only from "
+            f"{sys.prefix}); run the tool from a Python installed in an ordinary folder, or build it with "
+            'isolation="none" to run code unisolated'
+        )
+    return (
+        "It needs user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ "
+        "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap; in Docker, a seccomp "
+        'profile that allows them); or build the tool with isolation="none" to run code unisolated'
+    )
 
 
 @contextlib.contextmanager
