@@ -17,6 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
+LICENSE_FILES = "from importlib.metadata import files; print(*files('dspy-conductor'))"
 pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment: about a minute
 
 
@@ -33,7 +34,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"  # a copy, so the build writes nothing into the checkout
     shutil.copytree(ROOT / "conductor", source / "conductor", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", source, cwd=tmp)
     (wheel,) = (tmp / "dist").glob("dspy_conductor-*.whl")
@@ -54,6 +55,9 @@ def test_the_installed_package_is_the_wheels(installed: Path, tmp_path: Path) ->
     path, version = run(installed / "python", "-c", code, cwd=tmp_path).stdout.split()
     assert Path(path).is_relative_to(installed.parent)  # not the checkout, through .venv's editable install
     assert f'__version__ = "{version}"' in (ROOT / "conductor" / "_version.py").read_text()
+    assert (Path(path).parent / "py.typed").is_file()  # type checkers read the package's annotations
+    licence = run(installed / "python", "-c", LICENSE_FILES, cwd=tmp_path).stdout.split()
+    assert any(name.endswith("LICENSE") for name in licence), licence  # the licence travels inside the wheel
     trained = run(installed / "python", "-c", "import conductor.deploy as d; print(d.TRAINED_PROGRAM)", cwd=tmp_path)
     assert (Path(trained.stdout.strip()) / "manifest.json").is_file()  # the shipped program is package data
 
