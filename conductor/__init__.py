@@ -1,9 +1,26 @@
 """dspy-conductor: a trainable conductor LM that writes and runs workflows over a pool of workers."""
+# ruff: noqa: E402 - the imports follow the offline import of litellm below, which must come first
 
 import os
+import sys
 
-# litellm otherwise tries to download its price table at import time; these machines (and many clusters) are offline.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+def _import_litellm_offline() -> None:
+    """Import litellm with its packaged price table: otherwise it downloads one when imported, which stalls on an
+    offline machine (many clusters are). The setting holds for that import only, so the user's process keeps its
+    environment (and litellm, if the user imported it first, its own table)."""
+    if "litellm" in sys.modules:
+        return
+    name, before = "LITELLM_LOCAL_MODEL_COST_MAP", os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP")
+    os.environ.setdefault(name, "True")
+    try:
+        import litellm  # noqa: F401
+    finally:
+        if before is None:
+            del os.environ[name]
+
+
+_import_litellm_offline()
 
 import conductor.local  # noqa: F401 - registers the "local" worker kind of pool configs
 from conductor._version import __version__
