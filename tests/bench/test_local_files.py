@@ -20,6 +20,7 @@ from conductor.bench.datasets import (
     BadRow,
     DataFile,
     choice_metric,
+    contains_metric,
     exact_metric,
     number_metric,
     split,
@@ -258,3 +259,18 @@ def test_a_run_config_names_a_loader_or_a_file_not_both(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError, match=problem):
             load_run_config(run_config(tmp_path, data))
+
+
+@pytest.mark.parametrize(
+    ("answer", "reply", "right"),
+    [
+        ("Paris", "The capital of France is Paris.", 1.0),
+        ("395", "17 * 23 + 4 = 395", 1.0),
+        ("William Shakespeare", 'It was written by william  shakespeare ("Hamlet", 1600).', 1.0),
+        ("39", "395", 0.0),  # a whole word, not a part of one
+        ("Paris", "Parisian cooking", 0.0),
+        ("", "anything", 0.0),
+    ],
+)
+def test_the_contains_metric_finds_a_short_answer_in_a_chatty_reply(answer: str, reply: str, right: float) -> None:
+    assert contains_metric(dspy.Example(answer=answer), dspy.Prediction(answer=reply)) == right

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,15 @@ def number_metric(example: Any, prediction: Any, trace: Any = None) -> float:
     return float(numeric_match(answer_text(prediction), float(str(example.answer).replace(",", ""))))
 
 
+def contains_metric(example: Any, prediction: Any, trace: Any = None) -> float:
+    """1.0 if ``example.answer`` appears in the prediction's answer as whole words (both normalised: case-folded,
+    spacing and a final full stop ignored), else 0.0: short free-form answers inside a chatty reply ("The capital
+    of France is Paris." for "Paris"; "395" in "17 * 23 + 4 = 395")."""
+    target = normalise(str(example.answer))
+    found = re.search(rf"(?<!\w){re.escape(target)}(?!\w)", normalise(answer_text(prediction)))
+    return float(bool(target) and found is not None)
+
+
 def choice_metric(example: Any, prediction: Any, trace: Any = None) -> float:
     """1.0 if the prediction picks the option labelled ``example.answer`` among ``example.options`` (by its label or
     its text, as ``choice_index`` reads a reply), else 0.0."""
@@ -44,5 +54,10 @@ def choice_metric(example: Any, prediction: Any, trace: Any = None) -> float:
     return float(index is not None and option_labels(len(example.options))[index] == example.answer)
 
 
-BUILTIN_METRICS = {"exact": exact_metric, "number": number_metric, "choice": choice_metric}
+BUILTIN_METRICS = {
+    "exact": exact_metric,
+    "number": number_metric,
+    "choice": choice_metric,
+    "contains": contains_metric,
+}
 """The metrics a config may name without an import path."""
