@@ -8,7 +8,7 @@ One's own data is a local file instead of a loader (paths relative to the workin
 
     data:
       file: {path: questions.jsonl, inputs: [question], answer: answer}   # or .csv, .parquet
-      metric: number                    # exact (default), contains, number, choice (needs file.options), module:function
+      metric: number            # exact (default), contains, number, choice (needs file.options), module:function
 """
 
 from __future__ import annotations
