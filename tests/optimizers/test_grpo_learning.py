@@ -1,9 +1,9 @@
 """The real SmolLM2 conductor learns a workflow per task family, one of them two steps long, from rewards alone
 (slow: loads the embedded model).
 
-Pool: three scripted workers. Worker 0 reverses the quoted word of the task, worker 1 adds its two numbers, worker 2
-writes the latest earlier answer it is shown in capitals (alone it has none, and says so). Families, each answered
-right only by its own workflow:
+Pool: three scripted workers (``kinds.py``). Worker 0 reverses the quoted word of the task, worker 1 adds its two
+numbers, worker 2 writes the latest earlier answer it is shown in capitals (alone it has none, and says so).
+Families, each answered right only by its own workflow:
 
 - "Spell 'cat' backwards." : a last step on worker 0;
 - "Add 3 and 5." : a last step on worker 1 (or worker 1 then worker 2: capitals change no digit);
@@ -49,7 +49,6 @@ marked ``longest``, it starts first, and the rest of the suite runs in the other
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -58,24 +57,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("xgrammar")
 
-import dspy  # noqa: E402
 
 from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
 from conductor.modules import Conductor, WorkerPool  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, expert_iteration  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
-from conductor.testing import ScriptedWorker  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
+from tests.optimizers.kinds import FAMILIES, example, right, workers  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
-WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock", "moon", "star", "leaf", "wolf"]
-FAMILIES = {
-    "spell": (lambda i: f"Spell '{WORDS[i]}' backwards.", lambda i: WORDS[i][::-1]),
-    "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", lambda i: str(3 * i + 8)),
-    "shout": (lambda i: f"Shout '{WORDS[i]}' backwards, in capitals.", lambda i: WORDS[i][::-1].upper()),
-}
 UNSEEN = range(1, 12, 3)
 TRAINED_ON = [i for i in range(12) if i not in UNSEEN]
 SAMPLES = 8
@@ -83,35 +75,6 @@ SAMPLES = 8
 BAR = 0.8
 SEED = int(os.environ.get("LEARNING_TEST_SEED", "0"))
 """The random stream of expert iteration and GRPO (the estimate's is fixed): the recipe is checked on several."""
-
-
-def task(prompt: str) -> str:
-    """The overall task in a worker prompt, without the earlier steps or the conductor's subtask."""
-    return prompt.split("Your subtask")[0].split("response:")[0]
-
-
-def reverse(prompt: str) -> str:
-    match = re.search(r"'(\w+)'", task(prompt))
-    return match[1][::-1] if match else "I can't do that."
-
-
-def add(prompt: str) -> str:
-    match = re.search(r"Add (\d+) and (\d+)", task(prompt))
-    return str(int(match[1]) + int(match[2])) if match else "I can't do that."
-
-
-def shout(prompt: str) -> str:
-    earlier = re.findall(r"response:\n(.*)", prompt)
-    return earlier[-1].strip().upper() if earlier else "I have nothing to shout."
-
-
-def example(family: str, i: int) -> dspy.Example:
-    question, answer = FAMILIES[family]
-    return dspy.Example(question=question(i), answer=answer(i), family=family).with_inputs("question")
-
-
-def right(example: dspy.Example, prediction: dspy.Prediction) -> bool:
-    return prediction.answer == example.answer
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +85,7 @@ def policy() -> ConductorLM:
 def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
     policy: ConductorLM, tmp_path: Path, one_torch_thread: None
 ) -> None:
-    pool = WorkerPool([ScriptedWorker("reverse", reverse), ScriptedWorker("add", add), ScriptedWorker("shout", shout)])
+    pool = WorkerPool(workers())
     program = Conductor(pool, max_steps=2, fallback="none")
     program.orchestrate.signature = program.orchestrate.signature.with_instructions("Write a workflow.")
     form = WorkflowFormat(len(pool), 2, max_subtask_bytes=1)

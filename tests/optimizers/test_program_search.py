@@ -1,16 +1,14 @@
 """Program search over scripted workers: the space, the halving schedule, the budget, resuming, the report, and
 teaching its winners over random pools.
 
-The pool is the learning test's: worker ``reverse`` reverses the quoted word of the task, ``add`` adds its two
-numbers, ``shout`` writes the latest earlier answer it is shown in capitals. Three kinds of question, each answered
-right only by its own workflow (one of them two steps), given to the search without labels.
+The pool and the three kinds of question are the learning test's (``kinds.py``), given to the search without
+labels unless a test says otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 
 import dspy
@@ -26,48 +24,14 @@ from conductor.optimizers import (
     searched_workflows,
     write_search_report,
 )
-from conductor.testing import ScriptedWorker
+from tests.optimizers import kinds
+from tests.optimizers.kinds import FAMILIES, right, workers
 
-WORDS = ["cat", "dog", "sun", "tree", "fish", "bird", "lamp", "rock", "moon", "star", "leaf", "wolf"]
-FAMILIES = {
-    "spell": (lambda i: f"Spell '{WORDS[i]}' backwards.", lambda i: WORDS[i][::-1]),
-    "add": (lambda i: f"Add {i + 3} and {2 * i + 5}.", lambda i: str(3 * i + 8)),
-    "shout": (lambda i: f"Shout '{WORDS[i]}' backwards, in capitals.", lambda i: WORDS[i][::-1].upper()),
-}
 RIGHT_SHAPE = {"spell": ("reverse",), "add": ("add",), "shout": ("reverse", "shout")}
 
 
-def task(prompt: str) -> str:
-    return prompt.split("Your subtask")[0].split("response:")[0]
-
-
-def reverse(prompt: str) -> str:
-    match = re.search(r"'(\w+)'", task(prompt))
-    return match[1][::-1] if match else "I can't do that."
-
-
-def add(prompt: str) -> str:
-    match = re.search(r"Add (\d+) and (\d+)", task(prompt))
-    return str(int(match[1]) + int(match[2])) if match else "I can't do that."
-
-
-def shout(prompt: str) -> str:
-    earlier = re.findall(r"response:\n(.*)", prompt)
-    return earlier[-1].strip().upper() if earlier else "I have nothing to shout."
-
-
-def workers() -> list[ScriptedWorker]:
-    return [ScriptedWorker("reverse", reverse), ScriptedWorker("add", add), ScriptedWorker("shout", shout)]
-
-
 def example(family: str, i: int, *, labelled: bool = False) -> dspy.Example:
-    question, answer = FAMILIES[family]
-    fields = {"question": question(i), "answer": answer(i)}
-    return dspy.Example(**fields, **({"family": family} if labelled else {})).with_inputs("question")
-
-
-def right(example: dspy.Example, prediction: dspy.Prediction) -> bool:
-    return prediction.answer == example.answer
+    return kinds.example(family, i, labelled=labelled)
 
 
 def questions(indices: range, *, labelled: bool = False) -> list[dspy.Example]:
