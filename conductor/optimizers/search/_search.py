@@ -16,6 +16,7 @@ folder, data and settings skips them and makes the same decisions.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -125,14 +126,18 @@ class SearchResult:
     def overall(self) -> list[Candidate]:
         """Every candidate, best first: the survivors of later rungs (more questions answered) before those dropped
         earlier, then by mean score, then the cheaper. Means over different questions are not compared."""
-        return sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c)))
+        return list(self._overall)
+
+    @functools.cached_property
+    def _overall(self) -> tuple[Candidate, ...]:  # the outcomes are complete once a result is made
+        return tuple(sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c))))
 
     def preferences(self, index: int) -> list[Candidate]:
         """The candidates for question ``index`` in the order the warm start prefers them: those it scored, best
         first and the cheaper of equals first, then the rest in ``overall`` order. A question no candidate answers
         gets ``overall``: where a single strong worker would send it."""
         row = self.outcomes[index]
-        rank = {c.name: i for i, c in enumerate(self.overall())}
+        rank = {c.name: i for i, c in enumerate(self._overall)}
         if not any(o.score > 0 for o in row.values()):
             return self.overall()
         return sorted(
