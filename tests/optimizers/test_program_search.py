@@ -205,3 +205,13 @@ def test_questions_no_candidate_answers_are_taught_the_best_on_average() -> None
     inputs, workflow, subpool = examples[-1]
     assert inputs == {"question": "Sing 'la'."}
     assert tuple(subpool.names[s.worker] for s in workflow.steps) == shape(best.steps)
+
+
+def test_questions_the_budget_left_unscored_are_their_own_group(tmp_path: Path) -> None:
+    program = Conductor(WorkerPool(workers()), max_steps=2)
+    config = ProgramSearchConfig(samples=0, max_worker_calls=12)
+    result = program_search(program, questions(range(3)), right, config)
+    assert result.exhausted and any(not row for row in result.outcomes)
+    write_search_report(result, tmp_path)
+    kinds_found = {r["kind"]: r["questions"] for r in json.loads((tmp_path / "oracle.json").read_text())}
+    assert kinds_found["not scored (the budget ran out)"] == sum(not row for row in result.outcomes)

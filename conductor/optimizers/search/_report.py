@@ -17,15 +17,19 @@ from conductor.optimizers.search._search import STATE, SearchResult
 from conductor.optimizers.search._space import Candidate
 
 UNANSWERED = "no candidate answers"
+UNSCORED = "not scored (the budget ran out)"
 
 
 def groups(result: SearchResult, label: str | None = None) -> dict[str, list[int]]:
-    """Question indices per kind: by ``label`` when every example has it, else by each question's winner."""
+    """Question indices per kind: by ``label`` when every example has it, else by each question's winner (and the
+    questions no candidate answered, and those the budget left unscored, as two more)."""
     by_label = label is not None and all(example.get(label) is not None for example in result.examples)
     out: dict[str, list[int]] = {}
     for i, example in enumerate(result.examples):
         if by_label:
             key = str(example.get(label))
+        elif not result.outcomes[i]:
+            key = UNSCORED
         else:
             winner = result.winner(i)
             key = winner.name if winner is not None else UNANSWERED
