@@ -287,6 +287,10 @@ def _import_path(obj: type) -> str:
 
 def _require(path: Path) -> Path:
     if not path.exists():
+        folder = path.parent
+        inside = [f"{folder / name}" for name in ("best", "program") if (folder / name / path.name).exists()]
+        if inside:  # a compile's or a train's output folder: the program is one level down
+            raise ConductorError(f"{folder} is a run's output folder, not a saved program; load {inside[0]}")
         raise ConductorError(f"{path} is missing: the saved program is incomplete")
     return path
 

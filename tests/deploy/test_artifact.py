@@ -165,6 +165,12 @@ def test_a_missing_file_is_named(tmp_path, name):
         load_program(folder, trust_code=True)
 
 
+def test_a_compile_output_folder_points_to_the_program_inside(tmp_path):
+    save_program(compiled_program(), tmp_path / "run" / "best")
+    with pytest.raises(ConductorError, match=r"a run's output folder, not a saved program; load .*run/best$"):
+        load_program(tmp_path / "run", trust_code=True)
+
+
 def test_a_manifest_of_another_format_version_is_refused(tmp_path):
     folder = save_program(compiled_program(), tmp_path / "p")
     manifest = json.loads((folder / "manifest.json").read_text())
