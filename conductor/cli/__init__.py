@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     for command in (_run, _pool, _serve, _bench, _keys, _train, _eval, _search, _compile):
         command.register(commands)
+    for subcommand in commands.choices.values():  # also after the subcommand, as the error messages suggest
+        subcommand.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above")
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     if hasattr(args, "torch_threads"):  # run and serve; eval, compile and bench size their own parallelism

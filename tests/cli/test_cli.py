@@ -227,3 +227,15 @@ def test_normal_output_shows_only_the_librarys_own_warnings(capsys, monkeypatch)
         logging.captureWarnings(False)
     assert "converting a model once" in quiet and "noise" not in quiet and "banner" not in quiet
     assert "library noise" in verbose and "litellm banner" in verbose, verbose
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbose"), [(["pool"], False), (["-v", "pool"], True), (["pool", "--verbose"], True)]
+)
+def test_verbose_is_taken_before_or_after_the_subcommand(monkeypatch, capsys, argv, verbose):
+    import conductor.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "configure_logging", seen.append)
+    assert cli.main(argv) == 0
+    assert seen == [verbose]
