@@ -21,13 +21,19 @@ from conductor.errors import ConductorError
 RUN_CONFIG_NAMES = ("RunConfig", "load_run_config")
 """The public names of ``_config.py``, imported when first asked for (``__getattr__``)."""
 
+DESCRIPTION = "A trainable conductor LM that writes and runs workflows over a pool of workers."
+EPILOG = (
+    'Start with: conductor run "What is 17 * 23 + 4?" (the shipped conductor and the embedded local pool). '
+    "Exit codes: 0 done, 1 `run` ended without an answer, 2 bad input or config (one line on stderr, "
+    "argparse's usage errors too), 3 an internal error, 130 interrupted."
+)
 LOG_HANDLER = "conductor-cli"
 THIRD_PARTY_LOGGERS = ("dspy", "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "transformers", "peft", "torch")
 """Libraries whose warnings are noise in normal output (truncation notes, banners); ``--verbose`` shows them."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conductor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="conductor", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"%(prog)s (dspy-conductor) {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library and its dependencies do")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -239,3 +239,11 @@ def test_verbose_is_taken_before_or_after_the_subcommand(monkeypatch, capsys, ar
     monkeypatch.setattr(cli, "configure_logging", seen.append)
     assert cli.main(argv) == 0
     assert seen == [verbose]
+
+
+def test_the_top_level_help_is_for_users(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "writes and runs workflows" in out and "Exit codes" in out
+    assert "One file per subcommand" not in out  # the package's docstring is for its developers
