@@ -111,6 +111,24 @@ def test_the_worker_call_budget_is_never_exceeded() -> None:
         ProgramSearchConfig(max_worker_calls=0)
 
 
+def test_a_search_stopped_mid_way_keeps_the_cost_it_had_spent(tmp_path: Path) -> None:
+    pool = workers()
+    seen: list[str] = []
+
+    def right_then_stop(example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        seen.append(example.question)
+        if seen[0] != example.question:  # the second question: stop, as Ctrl-C would
+            raise KeyboardInterrupt
+        return right(example, prediction)
+
+    with pytest.raises(KeyboardInterrupt):
+        program_search(
+            Conductor(WorkerPool(pool), max_steps=2), questions(range(2)), right_then_stop, output_dir=tmp_path
+        )
+    saved = json.loads((tmp_path / "search.json").read_text())
+    assert 0 < saved["worker_calls"] <= sum(w.calls for w in pool)  # the first question's calls, kept
+
+
 def test_a_search_run_again_resumes_without_calling_a_worker_for_scored_pairs(tmp_path: Path) -> None:
     trainset = questions(range(4))
     first = program_search(Conductor(WorkerPool(workers()), max_steps=4), trainset, right, output_dir=tmp_path)
@@ -131,6 +149,9 @@ def test_a_search_killed_mid_write_scores_the_cut_pair_again(tmp_path: Path) -> 
     result = program_search(Conductor(WorkerPool(again), max_steps=2), trainset, right, output_dir=tmp_path)
     assert 0 < sum(w.calls for w in again) <= 2  # the cut pair alone is run again
     assert all(result.winner(i) is not None for i in range(len(trainset)))
+    third = workers()  # the pair scored again was kept: nothing is run a third time
+    program_search(Conductor(WorkerPool(third), max_steps=2), trainset, right, output_dir=tmp_path)
+    assert sum(w.calls for w in third) == 0
 
 
 def test_unusable_input_is_refused_before_any_worker_runs() -> None:

@@ -188,16 +188,14 @@ def program_search(
                     exhausted = True
                     break
                 _score_question(runner, examples[i], alive, metric, config, store, i)
+                store.save_cost(_spent(store.cost, replay, started))  # a killed search resumes with its cost so far
                 bar(None, len(alive))
             rungs.append({"candidates": len(alive), "questions": size})
             if exhausted or size == len(order):
                 break
             alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
             size = min(len(order), size * config.eta)
-    spent = store.cost
-    spent.worker_calls += sum(w.calls for w in replay)
-    spent.tokens += sum(w.tokens for w in replay)
-    spent.wall_s += time.perf_counter() - started
+    spent = _spent(store.cost, replay, started)
     store.save_cost(spent)
     outcomes = [store.outcomes(i) for i in range(len(examples))]
     result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted)
@@ -249,6 +247,16 @@ def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.E
     if problems:
         raise ConfigError("unusable training questions for program search:\n" + "\n".join(f"  {p}" for p in problems))
     return list(trainset)
+
+
+def _spent(before: SearchCost, pool: WorkerPool, started: float) -> SearchCost:
+    """What the search has spent in all: ``before`` (earlier runs of it) plus this run's calls through the replaying
+    ``pool`` and its time since ``started``."""
+    return SearchCost(
+        before.worker_calls + sum(w.calls for w in pool),
+        before.tokens + sum(w.tokens for w in pool),
+        before.wall_s + time.perf_counter() - started,
+    )
 
 
 def _fits(pool: WorkerPool, spent: SearchCost, alive: Sequence[Candidate], budget: int | None) -> bool:
@@ -311,13 +319,17 @@ class _ScoreStore:
         folder.mkdir(parents=True, exist_ok=True)
         known = {c.name: c for c in candidates}
         lines = (folder / SCORES).read_text().splitlines() if (folder / SCORES).exists() else []
+        readable = []
         for n, line in enumerate(lines):
             try:
                 record = json.loads(line)
                 if known.get(record["candidate"]) is not None and _steps(known[record["candidate"]]) == record["steps"]:
                     self._rows.setdefault(record["question"], {})[record["candidate"]] = Outcome(**record["outcome"])
+                readable.append(line)
             except (json.JSONDecodeError, KeyError, TypeError) as exc:  # a line cut short by a kill: score it again
                 logger.warning("%s line %d unreadable (%s): that pair is scored again", folder / SCORES, n + 1, exc)
+        if len(readable) < len(lines):  # else the next record would be appended to the cut line, and lost with it
+            (folder / SCORES).write_text("".join(line + "\n" for line in readable))
         if (folder / STATE).exists():
             saved = json.loads((folder / STATE).read_text())
             self.cost = SearchCost(**{name: saved[name] for name in ("worker_calls", "tokens", "wall_s")})
