@@ -40,10 +40,6 @@ class Candidate:
     name: str
     steps: tuple[TemplateStep, ...]
 
-    @property
-    def workers(self) -> frozenset[str]:
-        return frozenset(step.worker for step in self.steps)
-
 
 def candidate_space(
     pool: WorkerPool,
@@ -54,9 +50,8 @@ def candidate_space(
     pairs: bool = True,
 ) -> list[Candidate]:
     """Every candidate of the shapes above over ``pool``, at most ``max_steps`` steps each, in a fixed order (singles
-    first). ``subtasks`` are the first-step
-    instructions tried (the first is the one the longer shapes open with); ``samples`` below 2 leaves out the
-    sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones."""
+    first). ``subtasks`` are the first-step instructions tried (the first is the one the longer shapes open with);
+    ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones."""
     names, models = pool.names, [w.name for w in pool if not isinstance(w, ToolWorker)]
     out = [_single(name, subtask, i, len(subtasks)) for name in names for i, subtask in enumerate(subtasks)]
     if pairs and max_steps >= 2:
