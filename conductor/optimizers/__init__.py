@@ -29,6 +29,7 @@ from conductor.optimizers.search import (
     SearchResult,
     candidate_space,
     program_search,
+    proposed_subtasks,
     searched_workflows,
     write_search_report,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "expert_iteration",
     "from_predictions",
     "program_search",
+    "proposed_subtasks",
     "rollout_program",
     "run_and_score",
     "score",

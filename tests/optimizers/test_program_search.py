@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import dspy
@@ -21,9 +22,11 @@ from conductor.optimizers import (
     ProgramSearchConfig,
     candidate_space,
     program_search,
+    proposed_subtasks,
     searched_workflows,
     write_search_report,
 )
+from conductor.testing import ScriptedWorker
 from tests.optimizers import kinds
 from tests.optimizers.kinds import FAMILIES, right, workers
 
@@ -176,10 +179,48 @@ def test_hand_written_templates_are_scored_beside_the_space() -> None:
     assert result.winner(0).name == "reverse then shout"
 
 
+def test_the_search_proposes_instructions_from_the_answers_form() -> None:
+    # a yes/no question a worker answers right only when told the answers' form: as it is, it explains
+    def chatty(prompt: str) -> str:
+        told = re.search(r"one of: (\w+), (\w+)\.", prompt)
+        return "True" if told else "Let me think about which way it goes."
+
+    trainset = [dspy.Example(question=f"Is {i} even?", answer="True").with_inputs("question") for i in range(3)]
+    trainset += [dspy.Example(question=f"Is {i} odd?", answer="False").with_inputs("question") for i in range(1)]
+    program = Conductor(WorkerPool([ScriptedWorker("chatty", chatty)]), max_steps=1)
+    found = program_search(program, trainset, right, ProgramSearchConfig(samples=0))
+    assert [c.steps[0].subtask for c in found.candidates][1:] == ["Answer with one of: False, True."]
+    assert found.winner(0) is not None and "one of" in found.winner(0).steps[0].subtask
+    unproposed = program_search(program, trainset, right, ProgramSearchConfig(samples=0, propose=False))
+    assert len(unproposed.candidates) == 1 and unproposed.winner(0) is None
+
+
+def test_proposals_need_a_closed_set_or_numbers() -> None:
+    def labelled(*answers: object, field: str = "answer") -> list[dspy.Example]:
+        return [dspy.Example(question="q", **{field: a}).with_inputs("question") for a in answers]
+
+    assert proposed_subtasks(labelled("A", "B", "A", "C", "B", "C"), ["answer"]) == ["Answer with one of: A, B, C."]
+    assert proposed_subtasks(labelled("12", "-3.5", "1,024"), ["answer"]) == ["Answer with the number only."]
+    assert proposed_subtasks(labelled("12", "True", "False", "7", "True", "False"), ["answer"]) == [
+        "Answer with one of: False, True.",
+        "Answer with the number only.",
+    ]  # two kinds of question mixed: a proposal for each
+    assert proposed_subtasks(labelled("Paris", "Rome", "Oslo", "Bern", "Kyiv", "Riga", "12"), ["answer"]) == []
+    assert proposed_subtasks(labelled(True, False, True, True), ["answer"]) == ["Answer with one of: False, True."]
+    assert proposed_subtasks(labelled("A", "B", "C"), ["answer"]) == []  # three values seen once each: not a set
+    assert proposed_subtasks(labelled("Paris", "7", "dog", "Rome"), ["answer"]) == []
+    assert proposed_subtasks(labelled("yes", "no", "no", "yes", field="verdict"), ["reason", "verdict"]) == [
+        "Give the verdict with one of: no, yes."
+    ]  # several output fields: the one with a form is named
+    assert proposed_subtasks(labelled(), ["answer"]) == []
+
+
 # ---- the report ------------------------------------------------------------------------------------------------------
 def test_the_report_groups_unlabelled_questions_by_winner_and_labelled_ones_by_label(tmp_path: Path) -> None:
     program = Conductor(WorkerPool(workers()), max_steps=2)
-    result = program_search(program, questions(range(3), labelled=True), right, ProgramSearchConfig(samples=0))
+    result = program_search(
+        program, questions(range(3), labelled=True), right, ProgramSearchConfig(samples=0, propose=False)
+    )
     write_search_report(result, tmp_path / "by-group")
     rows = json.loads((tmp_path / "by-group" / "oracle.json").read_text())
     assert {r["kind"] for r in rows} == {"reverse", "add", "reverse -> shout (verify)"}

@@ -38,6 +38,7 @@ from conductor.modules import Conductor, ReplayWorker, WorkerPool
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
+from conductor.optimizers.search._propose import proposed_subtasks
 from conductor.optimizers.search._space import DIRECT, Candidate, candidate_space
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class ProgramSearchConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
     subtasks: tuple[str, ...] = pydantic.Field(
         (DIRECT,), min_length=1, description="first-step instructions tried on every worker (the first opens pairs)"
+    )
+    propose: bool = pydantic.Field(
+        True, description="also try first-step instructions drawn from the training answers' form (_propose.py)"
     )
     samples: int = pydantic.Field(3, ge=0, description="answers of one model a combiner sees; below 2: no such shapes")
     pairs: bool = pydantic.Field(True, description="try every worker followed by every worker that checks it")
@@ -171,8 +175,8 @@ def program_search(
     ``output_dir``, resumable and reported there (``write_search_report``). Raises ``ConfigError`` for a pool or dataset
     the search can't use."""
     config = config or ProgramSearchConfig()
-    candidates = _space(program, config)
     examples = _usable(program, trainset)
+    candidates = _space(program, config, _subtasks(program, examples, config))
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
@@ -210,12 +214,21 @@ def program_search(
     return result
 
 
-def _space(program: Conductor, config: ProgramSearchConfig) -> list[Candidate]:
+def _subtasks(program: Conductor, examples: Sequence[dspy.Example], config: ProgramSearchConfig) -> tuple[str, ...]:
+    """The config's first-step instructions, then (with ``propose``) those drawn from the answers, each once."""
+    proposed = proposed_subtasks(examples, program.signature.output_fields) if config.propose else []
+    subtasks = tuple(dict.fromkeys((*config.subtasks, *proposed)))
+    if proposed:
+        logger.info("program search: first-step instructions %s", list(subtasks))
+    return subtasks
+
+
+def _space(program: Conductor, config: ProgramSearchConfig, subtasks: Sequence[str]) -> list[Candidate]:
     if not len(program.pool):
         raise ConfigError("program search needs a pool with at least one worker")
     space = candidate_space(
         program.pool,
-        subtasks=config.subtasks,
+        subtasks=subtasks,
         samples=config.samples,
         max_steps=program.limits.max_steps,
         pairs=config.pairs,
