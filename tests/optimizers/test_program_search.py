@@ -68,6 +68,16 @@ def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit()
     )
     assert all(len(c.steps) <= 2 for c in candidate_space(pool, samples=3, max_steps=2))
     assert [c.name for c in candidate_space(pool, pairs=False, samples=0)] == ["reverse", "add", "shout", "calc"]
+    proposed = candidate_space(pool, pairs=False, samples=0, proposed=["Answer with the number only."])
+    assert [c.name for c in proposed] == [
+        "reverse [1]",
+        "reverse [2]",
+        "add [1]",
+        "add [2]",
+        "shout [1]",
+        "shout [2]",
+        "calc",
+    ]
 
 
 # ---- the search -----------------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ class ProgramSearchConfig(pydantic.BaseModel):
         (DIRECT,), min_length=1, description="first-step instructions tried on every worker (the first opens pairs)"
     )
     propose: bool = pydantic.Field(
-        True, description="also try first-step instructions drawn from the training answers' form (_propose.py)"
+        True, description="also try on the models first-step instructions drawn from the training answers' form"
     )
     samples: int = pydantic.Field(3, ge=0, description="answers of one model a combiner sees; below 2: no such shapes")
     pairs: bool = pydantic.Field(True, description="try every worker followed by every worker that checks it")
@@ -176,7 +176,10 @@ def program_search(
     the search can't use."""
     config = config or ProgramSearchConfig()
     examples = _usable(program, trainset)
-    candidates = _space(program, config, _subtasks(program, examples, config))
+    proposed = proposed_subtasks(examples, program.signature.output_fields) if config.propose else []
+    if proposed:
+        logger.info("program search: instructions proposed for the models %s", proposed)
+    candidates = _space(program, config, proposed)
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
@@ -214,21 +217,13 @@ def program_search(
     return result
 
 
-def _subtasks(program: Conductor, examples: Sequence[dspy.Example], config: ProgramSearchConfig) -> tuple[str, ...]:
-    """The config's first-step instructions, then (with ``propose``) those drawn from the answers, each once."""
-    proposed = proposed_subtasks(examples, program.signature.output_fields) if config.propose else []
-    subtasks = tuple(dict.fromkeys((*config.subtasks, *proposed)))
-    if proposed:
-        logger.info("program search: first-step instructions %s", list(subtasks))
-    return subtasks
-
-
-def _space(program: Conductor, config: ProgramSearchConfig, subtasks: Sequence[str]) -> list[Candidate]:
+def _space(program: Conductor, config: ProgramSearchConfig, proposed: Sequence[str]) -> list[Candidate]:
     if not len(program.pool):
         raise ConfigError("program search needs a pool with at least one worker")
     space = candidate_space(
         program.pool,
-        subtasks=subtasks,
+        subtasks=config.subtasks,
+        proposed=proposed,
         samples=config.samples,
         max_steps=program.limits.max_steps,
         pairs=config.pairs,

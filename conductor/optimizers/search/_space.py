@@ -5,7 +5,9 @@ what lets the warm start teach it over random pools, and fall back to the next c
 
 The shapes are those that multi-agent systems and the oracle study use (AFlow's operators, the paper's workflows):
 
-- each worker alone, with each first-step instruction (the default, answer directly, and any the user proposes);
+- each worker alone, with each first-step instruction (the default, answer directly, and any the user gives), and
+  each model with each instruction the search proposes about the answer's form (a tool computes its answer as it
+  is, so told the form it would answer the same);
 - each worker, then each worker that sees it and checks it (a tool as it is; a model told to verify, or to refine);
 - ``k`` answers of one model, then each worker that sees them all combines them (a vote or check tool, or a model):
   self-consistency and Mixture-of-Agents in small.
@@ -45,15 +47,20 @@ def candidate_space(
     pool: WorkerPool,
     *,
     subtasks: Sequence[str] = (DIRECT,),
+    proposed: Sequence[str] = (),
     samples: int = 3,
     max_steps: int = 5,
     pairs: bool = True,
 ) -> list[Candidate]:
     """Every candidate of the shapes above over ``pool``, at most ``max_steps`` steps each, in a fixed order (singles
-    first). ``subtasks`` are the first-step instructions tried (the first is the one the longer shapes open with);
+    first). ``subtasks`` are the first-step instructions tried (the first is the one the longer shapes open with),
+    ``proposed`` more of them tried on the models only;
     ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones."""
     names, models = pool.names, [w.name for w in pool if not isinstance(w, ToolWorker)]
-    out = [_single(name, subtask, i, len(subtasks)) for name in names for i, subtask in enumerate(subtasks)]
+    out = []
+    for name in names:
+        tried = [*subtasks, *(s for s in proposed if name in models and s not in subtasks)]
+        out += [_single(name, subtask, i, len(tried)) for i, subtask in enumerate(tried)]
     if pairs and max_steps >= 2:
         first = subtasks[0]
         for answerer in names:
