@@ -109,7 +109,7 @@ Roles = Annotated[
 class ConductorConfig(pydantic.BaseModel):
     """A ``Conductor``'s options (see its docstring); ``model_dump(mode="json")`` is what a saved program keeps.
 
-    Args:
+    Attributes:
         signature: the user's task signature (a class or ``"question -> answer"`` text).
         max_steps: the most steps a workflow may have (the paper used 5).
         max_depth: the most recursive rounds a run may add (0: the conductor can't choose itself).
