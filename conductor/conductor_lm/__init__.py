@@ -1,7 +1,7 @@
 """The trainable conductor policy: a small causal LM with LoRA, built on the local generation stack
 (``conductor.local``), that samples workflows, scores them for GRPO, and serves itself to DSPy as a ``dspy.LM``.
 
-Needs torch, transformers and peft (``pip install 'dspy-conductor[train]'``); the core ``conductor`` package never
+Needs torch, transformers and peft (``pip install 'dspy-conductor[local]'``); the core ``conductor`` package never
 imports this one, so it works without them.
 """
 
@@ -11,7 +11,7 @@ from conductor.errors import MissingDependency
 
 _missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
 if _missing:
-    raise MissingDependency(f"conductor.conductor_lm needs {', '.join(_missing)}: pip install 'dspy-conductor[train]'")
+    raise MissingDependency(f"conductor.conductor_lm needs {', '.join(_missing)}: pip install 'dspy-conductor[local]'")
 
 from conductor.conductor_lm._checkpoint import CONFIG_NAME  # noqa: E402
 from conductor.conductor_lm._grammar import (  # noqa: E402

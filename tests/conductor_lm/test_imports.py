@@ -20,4 +20,4 @@ except conductor.MissingDependency as exc:
 
 def test_core_package_needs_no_torch_and_a_missing_dependency_is_named() -> None:
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=True)
-    assert "needs peft: pip install 'dspy-conductor[train]'" in result.stdout
+    assert "needs peft: pip install 'dspy-conductor[local]'" in result.stdout
