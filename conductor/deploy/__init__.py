@@ -3,15 +3,18 @@
 ``save_program`` / ``load_program`` (aliases ``save`` / ``load``, also ``conductor.save`` / ``conductor.load``) need
 nothing beyond the core package; ``create_app`` needs FastAPI (``pip install 'dspy-conductor[serve]'``) and imports
 it only when called (the server is ``conductor.deploy.server``; ``listening_socket`` is the socket several server
-processes share). Governance of a served program: API keys with allowed workers and budgets (``KeyStore``,
-``SpendLedger``) and an append-only audit log (``AuditLog``). ``conductor_lm`` reads the one way a conductor LM is
-named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever one is.
+processes share). Governance of a served program: API keys with allowed workers and budgets (``KeyStore`` from a
+file, ``StoredKeys`` in the database), daily spend (``SpendLedger``) and an append-only audit log (``AuditLog``), in
+one database (``open_database``: a SQLite file, or PostgreSQL for replicas on several machines). ``conductor_lm``
+reads the one way a conductor LM is named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever
+one is.
 """
 
 from pathlib import Path
 
 from conductor.deploy._artifact import FORMAT_VERSION, load_program, load_program_pool, save_program
 from conductor.deploy._audit import AuditEntry, AuditLog
+from conductor.deploy._database import SCHEMA_VERSION, Database, open_database, safe_url
 from conductor.deploy._governance import (
     DaySpend,
     KeySpec,
@@ -23,8 +26,10 @@ from conductor.deploy._governance import (
     read_keys_file,
 )
 from conductor.deploy._naming import conductor_lm, conductor_policy, is_trainable
+from conductor.deploy._stored_keys import StoredKey, StoredKeys
 from conductor.deploy._trust import ProgramReview, review_program
 from conductor.deploy.server import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -40,19 +45,24 @@ TRAINED_PROGRAM = Path(__file__).resolve().parents[1] / "trained" / "local-routi
 trained by ``experiments/configs/local_routing.yaml`` over the embedded local pool; its scores are beside it."""
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_TIMEOUT_S",
     "FORMAT_VERSION",
+    "SCHEMA_VERSION",
     "TRAINED_PROGRAM",
     "AuditEntry",
     "AuditLog",
+    "Database",
     "DaySpend",
     "KeySpec",
     "KeyStore",
     "ProgramReview",
     "SpendLedger",
     "SpendLimitExceeded",
+    "StoredKey",
+    "StoredKeys",
     "conductor_lm",
     "conductor_policy",
     "create_app",
@@ -64,8 +74,10 @@ __all__ = [
     "load_program",
     "load_program_pool",
     "new_key",
+    "open_database",
     "read_keys_file",
     "review_program",
+    "safe_url",
     "save",
     "save_program",
 ]

@@ -15,9 +15,10 @@ random bits made by ``new_key``, so guessing one from its hash is hopeless witho
 low-entropy passwords; a per-key salt would also force a slow hash of the presented key against every entry on every
 request, a CPU cost anyone can trigger. Hashes are compared with ``hmac.compare_digest`` against every entry.
 
-Daily limits hold under concurrency through ``SpendLedger``: before a run, its worst case (its budget's ``max_cost``
-and ``max_tokens``) is reserved in one SQLite ``BEGIN IMMEDIATE`` transaction that also checks the day's limit;
-after it, the reservation is replaced by what the run really spent. Money is counted in integer nanodollars, so ten
+Daily limits hold under concurrency, across processes and (with PostgreSQL) replicas, through ``SpendLedger``: before a
+run, its worst case (its budget's ``max_cost`` and ``max_tokens``) is reserved in one transaction that locks the key's
+row of the day, checks the day's limit and adds the hold (``_database`` says how each database locks); after it, the
+reservation is replaced by what the run really spent. Money is counted in integer nanodollars, so ten
 runs of $0.001 fill a $0.01 limit exactly.
 """
 
@@ -27,7 +28,7 @@ import dataclasses
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,26 +36,13 @@ from typing import Any
 import pydantic
 import yaml
 
-from conductor.deploy._audit import create_schema, transaction
+from conductor.deploy._database import Database, open_database
 from conductor.errors import ConductorError, ConfigError, validation_problems
 from conductor.modules import Budget
 
 HASH_PREFIX = "sha256:"
 KEY_PREFIX = "cnd-"
 NANO = 1_000_000_000  # nanodollars per dollar
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS daily_spend (
-    key_id TEXT NOT NULL,
-    day TEXT NOT NULL,
-    requests INTEGER NOT NULL DEFAULT 0,
-    spent_nanodollars INTEGER NOT NULL DEFAULT 0,
-    spent_tokens INTEGER NOT NULL DEFAULT 0,
-    held_nanodollars INTEGER NOT NULL DEFAULT 0,
-    held_tokens INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (key_id, day)
-);
-"""
 
 
 def hash_key(key: str) -> str:
@@ -152,13 +140,18 @@ class KeyStore:
 
     @property
     def has_daily_limits(self) -> bool:
-        return any(key.daily_cost is not None or key.daily_tokens is not None for key in self.keys)
+        return has_daily_limits(self.keys)
 
     def __iter__(self) -> Iterator[KeySpec]:
         return iter(self.keys)
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+def has_daily_limits(keys: Iterable[KeySpec]) -> bool:
+    """Whether any of ``keys`` has a daily limit (and so needs a spend ledger)."""
+    return any(key.daily_cost is not None or key.daily_tokens is not None for key in keys)
 
 
 def worker_problems(keys: Sequence[KeySpec], workers: Sequence[str]) -> list[str]:
@@ -207,8 +200,8 @@ class DaySpend:
 
 
 class SpendLedger:
-    """Per-key daily spend in the SQLite database at ``path`` (the audit log's). Safe across threads and processes:
-    every change is one ``BEGIN IMMEDIATE`` transaction on its own connection.
+    """Per-key daily spend in ``database`` (the audit log's: a SQLite path, a ``postgresql://`` URL or a ``Database``).
+    Safe across threads, processes and replicas: every change is one transaction on a connection of its own.
 
     A run's reservation is held until it is settled; if the process dies in between, the reservation stays held for
     the rest of that day (erring toward refusing, never toward overspending). The executor keeps a run within its
@@ -216,10 +209,9 @@ class SpendLedger:
     its limit by the difference, and the day's later requests are then refused. ``clock`` gives the current UTC time.
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
-        self.path = Path(path).expanduser().absolute()
+    def __init__(self, database: str | Path | Database, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self.database = open_database(database)
         self._clock = clock
-        create_schema(self.path, _SCHEMA)
 
     def reserve(self, key: KeySpec, budget: Budget) -> Reservation:
         """Hold ``budget``'s worst case against ``key``'s day, or raise ``SpendLimitExceeded`` (holding nothing)."""
@@ -231,13 +223,15 @@ class SpendLedger:
         if unbounded:
             raise ConfigError(f"key {key.id!r} has daily limits, so a run of theirs needs budget {unbounded}")
         reservation = Reservation(key.id, self._today(), _nanodollars(budget.max_cost or 0.0), budget.max_tokens or 0)
-        with transaction(self.path) as db:
-            row = db.execute(
+        where = (key.id, reservation.day)
+        with self.database.transaction() as db:
+            # The day's row made first, so that the SELECT has a row to lock even for a key's first request of the day.
+            db.execute("INSERT INTO daily_spend (key_id, day) VALUES (?, ?) ON CONFLICT DO NOTHING", where)
+            used_cost, used_tokens = db.execute(
                 "SELECT spent_nanodollars + held_nanodollars, spent_tokens + held_tokens FROM daily_spend "
-                "WHERE key_id = ? AND day = ?",
-                (key.id, reservation.day),
+                "WHERE key_id = ? AND day = ?" + self.database.row_lock,
+                where,
             ).fetchone()
-            used_cost, used_tokens = row or (0, 0)
             if key.daily_cost is not None and used_cost + reservation.cost > _nanodollars(key.daily_cost):
                 raise SpendLimitExceeded(
                     f"key {key.id!r} has ${(_nanodollars(key.daily_cost) - used_cost) / NANO:g} left of its daily "
@@ -250,16 +244,15 @@ class SpendLedger:
                     f"{key.daily_tokens:,} (runs in flight included); a request may use up to {reservation.tokens:,}"
                 )
             db.execute(
-                "INSERT INTO daily_spend (key_id, day, held_nanodollars, held_tokens) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (key_id, day) DO UPDATE SET held_tokens = held_tokens + excluded.held_tokens, "
-                "held_nanodollars = held_nanodollars + excluded.held_nanodollars",
-                (key.id, reservation.day, reservation.cost, reservation.tokens),
+                "UPDATE daily_spend SET held_nanodollars = held_nanodollars + ?, held_tokens = held_tokens + ? "
+                "WHERE key_id = ? AND day = ?",
+                (reservation.cost, reservation.tokens, *where),
             )
         return reservation
 
     def settle(self, reservation: Reservation, cost: float, tokens: int) -> None:
         """Replace ``reservation`` by what the run spent (``cost`` dollars, ``tokens``); on the day it began."""
-        with transaction(self.path) as db:
+        with self.database.transaction() as db:
             db.execute(
                 "UPDATE daily_spend SET requests = requests + 1, held_nanodollars = held_nanodollars - ?, "
                 "held_tokens = held_tokens - ?, spent_nanodollars = spent_nanodollars + ?, "
@@ -269,7 +262,7 @@ class SpendLedger:
 
     def day(self, key_id: str, day: str | None = None) -> DaySpend:
         """``key_id``'s use of ``day`` (``YYYY-MM-DD``, default: today in UTC)."""
-        with transaction(self.path) as db:
+        with self.database.transaction() as db:
             row = db.execute(
                 "SELECT requests, spent_nanodollars, spent_tokens, held_nanodollars, held_tokens FROM daily_spend "
                 "WHERE key_id = ? AND day = ?",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from dspy.teleprompt import Teleprompter
 from conductor.errors import ConductorError, ConfigError, MissingDependency
 from conductor.modules import Conductor
 from conductor.optimizers._metric import WorkflowMetric
-from conductor.optimizers._optuna import TUNE_EXTRA_HINT, import_optuna
+from conductor.optimizers._optuna import TUNE_EXTRA_HINT, import_optuna, storage_url
 from conductor.optimizers._rewards import Metric
 
 logger = logging.getLogger(__name__)
@@ -97,8 +98,9 @@ class BudgetTuner(Teleprompter):
         metric: ``metric(example, prediction)`` in [0, 1]; accuracy is its mean over the validation set.
         space: what to search (see ``BudgetSpace``; the default searches steps, tokens per step and temperature).
         n_trials: trials per ``optimize`` / ``compile``.
-        storage: an Optuna storage URL (``sqlite:///path/study.db``) to persist and resume the study; ``None`` keeps
-            it in memory, resumed only by later calls on this tuner.
+        storage: an Optuna storage URL (``sqlite:///path/study.db``) to persist and resume the study, or a
+            ``postgresql://`` one that tuners on several machines share (each runs its trials into the one study);
+            ``None`` keeps it in memory, resumed only by later calls on this tuner.
         study_name: the study within the storage.
         cost_unit: ``"usd"`` (from the pool's prices) or ``"tokens"`` (worker prompt and completion tokens).
         num_threads: validation examples run side by side within a trial.
@@ -126,7 +128,7 @@ class BudgetTuner(Teleprompter):
         self.metric = metric
         self.space = space or BudgetSpace()
         self.n_trials = n_trials
-        self.storage = storage
+        self.storage = storage_url(storage)
         self.study_name = study_name
         self.cost_unit = cost_unit
         self.num_threads = num_threads
@@ -185,10 +187,7 @@ class BudgetTuner(Teleprompter):
         """This tuner's study: created, or loaded from storage after checking it was made with ``space``."""
         optuna = import_optuna("Budget tuning")
         if self.study is None:
-            directions = ["maximize", "minimize"]
-            self.study = optuna.create_study(
-                storage=self.storage, study_name=self.study_name, directions=directions, load_if_exists=True
-            )
+            self.study = _create_or_load(optuna, self.storage, self.study_name)
         study = self.study
         problems = _mismatch(study, space, self.cost_unit)
         if problems:
@@ -311,6 +310,24 @@ def _suggest(trial: Any, name: str, distribution: Any) -> Any:
     if isinstance(distribution, dists.FloatDistribution):
         return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
     return trial.suggest_categorical(name, distribution.choices)
+
+
+def _create_or_load(optuna: Any, storage: str | None, name: str) -> Any:
+    """The study ``name``, created or loaded. Machines that start one study at once on a fresh database race to create
+    Optuna's tables: the loser's CREATE fails on a unique constraint, and trying again finds them made."""
+    import sqlalchemy.exc  # Optuna's own dependency, for its database storages
+
+    def create() -> Any:
+        return optuna.create_study(
+            storage=storage, study_name=name, directions=["maximize", "minimize"], load_if_exists=True
+        )
+
+    for _ in range(2):
+        try:
+            return create()
+        except sqlalchemy.exc.DBAPIError:
+            time.sleep(0.5)
+    return create()  # a third failure is not the race
 
 
 def _mismatch(study: Any, space: dict[str, Any], cost_unit: CostUnit) -> list[str]:

@@ -19,6 +19,7 @@ from conductor.deploy import (
     KeyStore,
     SpendLedger,
     SpendLimitExceeded,
+    StoredKeys,
     create_app,
     hash_key,
     new_key,
@@ -286,9 +287,10 @@ def test_serve_with_a_keys_file(tmp_path, capsys, monkeypatch, wide):
     assert main(["keys", "add", "--file", str(keys), "--id", "ops", "--workers", "calc,title"]) == 0
     key = capsys.readouterr().out.strip()
     served = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets: served.update(app=server.config.app))
     db = tmp_path / "audit.sqlite"
-    assert main(["serve", str(folder), "--keys", str(keys), "--audit-db", str(db), "--trust-code"]) == 0
+    serve = ["serve", str(folder), "--keys", str(keys), "--port", "0", "--trust-code"]
+    assert main([*serve, "--audit-db", str(db)]) == 0
     with TestClient(served["app"]) as client:
         assert ask(client, None).status_code == 401
         assert ask(client, key, "What is 17 * 23 + 4?").json()["choices"][0]["message"]["content"] == "395"
@@ -297,5 +299,28 @@ def test_serve_with_a_keys_file(tmp_path, capsys, monkeypatch, wide):
     assert record["key_id"] == "ops" and record["outcome"] == "ok" and record["workers"] == ["title", "calc"]
 
     keys.write_text(keys.read_text().replace("calc", "calculator"))
-    assert main(["serve", str(folder), "--keys", str(keys), "--trust-code"]) == 2
+    assert main(serve) == 2
     assert "key 'ops' names workers ['calculator'] that the pool lacks" in capsys.readouterr().err
+
+
+def test_keys_stored_in_the_database_let_in_until_revoked_and_exclude_a_keys_file(tmp_path):
+    db = tmp_path / "audit.sqlite"
+    key, spec = key_entry("alice", workers=("solver",))
+    StoredKeys(db).add(spec)
+    with TestClient(create_app(team(ONE_STEP), audit_db=db)) as client:
+        assert ask(client, None).status_code == 401
+        assert ask(client, key).json()["conductor"]["steps"][0]["worker"] == "solver"
+        StoredKeys(db).revoke("alice")
+        assert error_of(ask(client, key), 401)["code"] == "invalid_api_key"
+    with pytest.raises(ConfigError, match="keys come from one place"):
+        create_app(team(), keys=KeyStore([key_entry("bob")[1]]), audit_db=db)
+
+
+def test_stored_keys_that_cannot_be_read_are_a_503_the_client_may_retry(tmp_path):
+    db = tmp_path / "audit.sqlite"
+    key, spec = key_entry("alice", workers=("solver",))
+    StoredKeys(db).add(spec)
+    with TestClient(create_app(team(ONE_STEP), audit_db=db)) as client:
+        with sqlite3.connect(db) as broken:  # the keys gone from under the server, as a lost database would be
+            broken.execute("DROP TABLE api_keys")
+        assert error_of(ask(client, key), 503)["code"] == "storage_unavailable"

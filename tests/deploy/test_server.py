@@ -10,7 +10,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from conductor.cli import _common, main
-from conductor.deploy import create_app, save_program
+from conductor.deploy import KeySpec, KeyStore, create_app, hash_key, new_key, save_program
 from conductor.modules import Budget, Conductor, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.helpers import compiled_program
@@ -93,6 +93,9 @@ def test_a_program_with_several_inputs_takes_a_json_object(serve):
     assert good.json()["choices"][0]["message"]["content"] == "5"
     error = error_of(ask(client, "Say the number 5."), 400)
     assert "this program takes ['topic', 'question']" in error["message"]
+    too_deep = '{"topic": "counting", "question": ' + "[" * 100 + "]" * 100 + "}"
+    error = error_of(ask(client, too_deep), 400)
+    assert "(the question nests arrays and objects more than 64 levels deep)" in error["message"]
 
 
 def test_models_and_health(serve):
@@ -155,17 +158,31 @@ def test_a_request_may_lower_the_budget_but_not_raise_it(serve):
 
 
 @pytest.mark.parametrize(
-    "budget, message", [({"max_step": 1}, "unknown fields ['max_step']"), ({"max_cost": -1}, "must not be negative")]
+    "budget, message",
+    [
+        ({"max_step": 1}, "unknown fields ['max_step']"),
+        ({"max_cost": -1}, "conductor_budget.max_cost: must be from 0 to 1,000,000"),
+        ({"max_tokens": 10**12 + 1}, "conductor_budget.max_tokens: must be from 0 to 1,000,000,000,000"),
+    ],
 )
-def test_a_bad_budget_gets_a_400(serve, budget, message):
+def test_a_bad_budget_gets_a_400_naming_the_allowed_range(serve, budget, message):
     assert message in error_of(ask(serve(), conductor_budget=budget), 400)["message"]
 
 
-@pytest.mark.parametrize("limit", ['{"max_cost": NaN}', '{"max_cost": Infinity}', '{"max_tokens": -Infinity}'])
-def test_a_nan_or_infinite_budget_gets_a_400_not_a_500(serve, limit):
+@pytest.mark.parametrize(
+    "limit, message",
+    [
+        ('{"max_cost": NaN}', "NaN is not a JSON value"),
+        ('{"max_cost": Infinity}', "Infinity is not a JSON value"),
+        ('{"max_tokens": -Infinity}', "-Infinity is not a JSON value"),
+        ('{"max_cost": 1e400}', "the number 1e400 is too large for a 64-bit float"),
+    ],
+)
+def test_a_nan_or_infinite_number_gets_a_400_not_a_500(serve, limit, message):
     body = '{"messages": [{"role": "user", "content": "Say the number 7."}], "conductor_budget": ' + limit + "}"
     response = serve().post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
-    assert "invalid conductor_budget" in error_of(response, 400)["message"]
+    error = error_of(response, 400)
+    assert error["message"].startswith("the request body is not valid JSON") and message in error["message"]
 
 
 def test_a_per_step_limit_of_zero_is_zero_not_unlimited(serve):
@@ -202,9 +219,13 @@ def test_a_saved_program_is_served_by_the_cli(tmp_path, monkeypatch):
 
     folder = save_program(compiled_program(), tmp_path / "math-team")
     served = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app, **options))
-    assert main(["serve", str(folder), "--port", "9123", "--timeout", "5", "--trust-code"]) == 0
-    assert served["host"] == "127.0.0.1" and served["port"] == 9123
+
+    def serve_without_listening(server: uvicorn.Server, sockets=None) -> None:
+        served.update(app=server.config.app, host=server.config.host, port=sockets[0].getsockname()[1])
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve_without_listening)
+    assert main(["serve", str(folder), "--port", "0", "--timeout", "5", "--trust-code"]) == 0
+    assert served["host"] == "127.0.0.1" and served["port"] > 0
     with TestClient(served["app"]) as client:
         body = ask(client, "What is 17 * 23 + 4?", model="math-team").json()
     assert body["model"] == "math-team" and body["choices"][0]["message"]["content"] == "395"
@@ -342,3 +363,16 @@ def test_an_unexpected_error_on_any_route_is_an_openai_500_with_a_request_id():
     error = error_of(response, 500)
     assert error["code"] == "internal_error" and "ZeroDivisionError" in error["message"]
     assert response.headers["x-request-id"] == "boom-1"
+
+
+def test_the_docs_are_off_unless_asked_for_and_then_need_a_key():
+    key = new_key()
+    keys, authorized = KeyStore([KeySpec(id="alice", hash=hash_key(key))]), {"Authorization": f"Bearer {key}"}
+    pages = ("/docs", "/redoc", "/openapi.json")
+    with TestClient(create_app(make_program(), keys=keys)) as client:
+        assert [client.get(page, headers=authorized).status_code for page in pages] == [404] * 3
+    with TestClient(create_app(make_program(), keys=keys, docs=True)) as client:
+        assert [error_of(client.get(page), 401)["code"] for page in pages] == ["missing_api_key"] * 3
+        docs, redoc, schema = (client.get(page, headers=authorized) for page in pages)
+    assert "swagger-ui" in docs.text and "redoc" in redoc.text and "/v1/chat/completions" in schema.json()["paths"]
+    assert "/docs" not in schema.json()["paths"]

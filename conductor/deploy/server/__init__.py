@@ -32,11 +32,12 @@ OpenAI answers a prompt over the context length: clients raise ``BadRequestError
 would fail again, where a 429 would be retried and a 402 is unknown to them); the error carries the run's
 ``conductor`` field.
 
-Governance (``conductor/deploy/_governance.py`` and ``_audit.py``): with a ``KeyStore``, every request needs
-``Authorization: Bearer <key>`` (else 401); a workflow that would call a worker the key may not use is refused with a
-403 before any worker runs (the conductor's fallback included), and failover never reaches such a worker; a key's
-daily limits are held with a reservation in SQLite before the run (429 when it won't fit). With ``audit_db``, every
-chat request is appended to the audit log, redacted: refused ones too, with the reason.
+Governance (``conductor/deploy/_governance.py``, ``_stored_keys.py`` and ``_audit.py``): with keys (a ``KeyStore``,
+or keys stored in the database), every request needs ``Authorization: Bearer <key>`` (else 401); a workflow that would
+call a worker the key may not use is refused with a 403 before any worker runs (the conductor's fallback included),
+and failover never reaches such a worker; a key's daily limits are held with a reservation in the database (SQLite,
+or PostgreSQL shared by replicas) before the run (429 when it won't fit). With ``audit_db``, every chat request is
+appended to the audit log, redacted: refused ones too, with the reason.
 
 Needs FastAPI (``pip install 'dspy-conductor[serve]'``), imported only when an app is made.
 
@@ -48,6 +49,7 @@ app factory that wires them) and ``_socket`` (the listening socket server proces
 """
 
 from conductor.deploy.server._app import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -57,6 +59,7 @@ from conductor.deploy.server._app import (
 from conductor.deploy.server._socket import listening_socket
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_TIMEOUT_S",

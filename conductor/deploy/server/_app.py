@@ -6,7 +6,7 @@ import concurrent.futures
 import contextlib
 import importlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20
 DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
 DEFAULT_CONCURRENCY = 16
 _ROUTES = "POST /v1/chat/completions, GET /v1/models, GET /v1/models/{model} and GET /health"
 
@@ -48,12 +49,14 @@ def create_app(
     model: str = "dspy-conductor",
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     budget: Budget | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     keys: KeyStore | None = None,
     audit_db: str | Path | None = None,
     audit_questions: bool = False,
     sensitive_fields: Iterable[str] = (),
+    docs: bool = False,
 ) -> "FastAPI":
     """A FastAPI app serving ``program`` as the model ``model``.
 
@@ -61,21 +64,25 @@ def create_app(
         max_request_bytes: larger request bodies get a 413.
         request_timeout_s: a request not answered in time (waiting for a thread included) gets a 504; its run can't
             be stopped and finishes in the background.
+        body_timeout_s: a request body not all received in time gets a 408 (a slow client holds no connection long).
         budget: the most a request's run may use (default: the program's own budget); a key's budget lowers it, and a
             request may lower it further (``max_tokens``, ``conductor_budget``) but never raise it.
         concurrency: how many runs at once; more requests wait for a thread.
         keys: the API keys allowed in; ``None`` leaves the server open to anyone who can reach it (logged).
-        audit_db: the SQLite file of the audit log and of the keys' daily spend (needed when a key has a daily limit).
+        audit_db: the database of the audit log, the keys' daily spend (needed when a key has a daily limit) and keys
+            stored there: a SQLite file path, or a ``postgresql://`` URL that replicas on several machines share.
+            Without ``keys``, the keys stored in it (``conductor keys add --db``), if it ever held any, are the keys.
         audit_questions: keep questions in the audit log (redacted), not only their SHA-256.
         sensitive_fields: request fields never written to the audit log, on top of those named like a secret.
+        docs: serve ``/docs``, ``/redoc`` and ``/openapi.json``, behind the same keys as the API (off by default).
     """
     fastapi = import_serving("fastapi")
     ceiling = budget or program.executor.budget
-    if keys is None:
+    stores = open_stores(program, keys, audit_db, audit_questions, sensitive_fields, concurrency)
+    if stores.keys is None:
         logger.warning("no API keys are configured: anyone who can reach this server may use it")
-    audit, ledger = open_stores(program, keys, audit_db, audit_questions, sensitive_fields)
-    runner = Runner(program, ledger, audit)
-    callers = Callers(program, ceiling, keys, audit)
+    runner = Runner(program, stores.ledger, stores.audit)
+    callers = Callers(program, ceiling, stores.keys, stores.audit)
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="conductor-run")
     replies = Replies(fastapi.Response)
 
@@ -83,12 +90,19 @@ def create_app(
     async def lifespan(_app):
         yield
         threads.shutdown(wait=False, cancel_futures=True)
+        stores.close()
 
-    app = fastapi.FastAPI(title=f"dspy-conductor: {model}", lifespan=lifespan)
+    app = fastapi.FastAPI(
+        title=f"dspy-conductor: {model}", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.add_middleware(RequestIds)
     _add_error_handlers(app, fastapi, replies)
-    chat = ChatRoute(program, model, callers, runner, threads, replies, max_request_bytes, request_timeout_s)
+    chat = ChatRoute(
+        program, model, callers, runner, threads, replies, max_request_bytes, request_timeout_s, body_timeout_s
+    )
     _add_routes(app, fastapi, chat)
+    if docs:
+        _add_docs(app, fastapi, callers, replies)
     return app
 
 
@@ -122,6 +136,30 @@ def _add_routes(app: "FastAPI", fastapi: ModuleType, chat: ChatRoute) -> None:
     @app.get("/health")
     async def health() -> fastapi.Response:
         return replies.json({"status": "ok", "model": model, "workers": chat.program.pool.names})
+
+
+def _add_docs(app: "FastAPI", fastapi: ModuleType, callers: Callers, replies: Replies) -> None:
+    """``/openapi.json``, ``/docs`` and ``/redoc`` behind the API's keys (FastAPI's own would answer anyone)."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    pages = {
+        "/openapi.json": lambda: replies.json(app.openapi()),
+        "/docs": lambda: get_swagger_ui_html(openapi_url="/openapi.json", title=app.title),
+        "/redoc": lambda: get_redoc_html(openapi_url="/openapi.json", title=app.title),
+    }
+
+    def behind_keys(page: Callable[[], fastapi.Response]) -> Callable:
+        async def route(request: fastapi.Request) -> fastapi.Response:
+            try:
+                callers.of(request)
+            except RequestError as exc:
+                return replies.error(exc)
+            return page()
+
+        return route
+
+    for path, page in pages.items():
+        app.get(path, include_in_schema=False)(behind_keys(page))
 
 
 def _add_error_handlers(app: "FastAPI", fastapi: ModuleType, replies: Replies) -> None:

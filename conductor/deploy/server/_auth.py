@@ -3,13 +3,17 @@ has keys), the most a run of theirs may spend, the executor over the workers the
 workflow that would call any other worker."""
 
 import dataclasses
+import logging
 from typing import Any
 
 from conductor.deploy._audit import AuditLog
 from conductor.deploy._governance import KeySpec, KeyStore
+from conductor.deploy._stored_keys import StoredKeys
 from conductor.deploy.server._budget import tighter
 from conductor.deploy.server._schema import RequestError
 from conductor.modules import Budget, Conductor, Executor, RunError, WorkerPool, Workflow
+
+logger = logging.getLogger(__name__)
 
 _AUTH = "authentication_error"
 
@@ -25,15 +29,14 @@ class Caller:
 
 
 class Callers:
-    """The callers of a server over ``program``: one per key in ``keys``, or anyone when ``keys`` is ``None``; a key
-    used is added to ``audit``'s secrets, so the audit log never holds it."""
+    """The callers of a server over ``program``: one per key in ``keys`` (a keys file's, or the database's, looked up
+    on each request so a revoked key is refused at once), or anyone when ``keys`` is ``None``; a key used is added to
+    ``audit``'s secrets, so the audit log never holds it."""
 
-    def __init__(self, program: Conductor, ceiling: Budget, keys: KeyStore | None, audit: AuditLog | None):
-        self.keys, self.audit = keys, audit
-        self.by_key = {
-            key.id: Caller(key, tighter(ceiling, key.budget), _executor_for(program, key)) for key in keys or ()
-        }
+    def __init__(self, program: Conductor, ceiling: Budget, keys: KeyStore | StoredKeys | None, audit: AuditLog | None):
+        self.program, self.ceiling, self.keys, self.audit = program, ceiling, keys, audit
         self.anyone = Caller(None, ceiling, program.executor)
+        self._by_spec: dict[KeySpec, Caller] = {}  # built on a key's first request: stored keys may come later
 
     def of(self, request: Any) -> Caller:
         """The caller a request's ``Authorization: Bearer <key>`` names; anyone on an open server; else a 401."""
@@ -45,12 +48,21 @@ class Callers:
             raise RequestError(
                 401, "an API key is needed: send `Authorization: Bearer <key>`", "missing_api_key", _AUTH
             )
-        key = self.keys.authenticate(token)
+        try:
+            key = self.keys.authenticate(token)
+        except Exception as exc:  # stored keys whose database is gone: a 503 the client may retry, not a 500
+            logger.error("can't check an API key: %s: %s", type(exc).__name__, exc)
+            raise RequestError(
+                503, "the server can't check API keys now; try again later", "storage_unavailable", "server_error"
+            ) from exc
         if key is None:
             raise RequestError(401, "the API key is not valid", "invalid_api_key", _AUTH)
         if self.audit is not None:
             self.audit.add_secret(token)
-        return self.by_key[key.id]
+        if key not in self._by_spec:  # two threads may both build it: the same caller, one kept
+            executor = _executor_for(self.program, key)
+            self._by_spec[key] = Caller(key, tighter(self.ceiling, key.budget), executor)
+        return self._by_spec[key]
 
 
 def _executor_for(program: Conductor, key: KeySpec) -> Executor:

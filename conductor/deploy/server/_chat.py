@@ -1,9 +1,17 @@
-"""``POST /v1/chat/completions``: read and check the request (refusals audited), run it on a server thread under a
-timeout, and answer with a ``chat.completion`` or its stream; how each failure maps to an OpenAI error is
-``conductor.deploy.server``'s docstring."""
+"""``POST /v1/chat/completions``: read and check the request, run it on a server thread under a timeout, and answer
+with a ``chat.completion`` or its stream; how each failure maps to an OpenAI error is ``conductor.deploy.server``'s
+docstring.
+
+Every request leaves exactly one audit row, whose outcome is what its client got (``timeout`` for a 408 or a 504,
+``disconnected`` for a client gone mid-upload, ``error`` for a 5xx). The row is written when the answer is ready and
+before it is sent; a row that can't be written turns the answer into a 503, so no answer goes out unrecorded. The
+one exception is a run still going when its client got a 504: its row is written when the run ends, so that it holds
+what the run spent (a run still waiting for a thread is cancelled and its row written at once).
+"""
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import time
@@ -11,7 +19,7 @@ from typing import Any
 
 import dspy
 
-from conductor.deploy._audit import AuditEntry
+from conductor.deploy._audit import AuditEntry, Outcome
 from conductor.deploy.server._auth import Caller, Callers
 from conductor.deploy.server._budget import request_budget
 from conductor.deploy.server._ids import new_id
@@ -28,6 +36,14 @@ logger = logging.getLogger(__name__)
 COST_HEADER = "x-conductor-cost-usd"
 
 
+class _RunOutlivedItsClient(Exception):
+    """The client got ``error`` (a 504) while its run goes on; the run's row is written when it ends."""
+
+    def __init__(self, error: RequestError):
+        super().__init__(error.message)
+        self.error = error
+
+
 @dataclasses.dataclass(frozen=True)
 class ChatRoute:
     """The chat handler of a server over ``program``, served as ``model``."""
@@ -40,54 +56,73 @@ class ChatRoute:
     replies: Replies
     max_request_bytes: int
     request_timeout_s: float
+    body_timeout_s: float
 
     async def __call__(self, request: Any) -> Any:
         entry = AuditEntry(request.state.request_id, self.model, "error")
-        try:
-            caller, chat, inputs, budget = await self._read(request, entry)
-        except RequestError as exc:
-            return await self._refused(entry, exc)
         started = time.perf_counter()
         try:
-            prediction = await self._run(caller, inputs, budget, entry)
+            response = await self._respond(request, entry, started)
+        except _RunOutlivedItsClient as late:
+            return self.replies.error(late.error)
         except RequestError as exc:
-            return self.replies.error(exc)
-        return self._answer(chat, prediction, budget, started)
+            entry.outcome, entry.error = outcome_of(exc), exc.message
+            response = self.replies.error(exc)
+        except Exception as exc:  # a bug: answered as an OpenAI error and audited like any answer
+            logger.exception("request %s failed", entry.request_id)
+            error = RequestError(500, f"{type(exc).__name__}: {exc}", "internal_error", "server_error")
+            entry.outcome, entry.error = "error", error.message
+            response = self.replies.error(error)
+        return await self._audited(entry, started, response)
 
-    async def _read(self, request: Any, entry: AuditEntry) -> tuple[Caller, ChatRequest, dict[str, Any], Budget]:
-        """The caller, the request, the program's inputs and the run's budget; the entry notes who asked what."""
-        caller = self.callers.of(request)
+    async def _respond(self, request: Any, entry: AuditEntry, started: float) -> Any:
+        """The answer to ``request``; the entry notes who asked what and what the run did."""
+        # stored keys are a database query: off the event loop, as the audit write is
+        caller = await asyncio.get_running_loop().run_in_executor(None, self.callers.of, request)
         entry.key_id = caller.key.id if caller.key is not None else None
-        chat = parse(await read_body(request, self.max_request_bytes))
+        chat = parse(await read_body(request, self.max_request_bytes, self.body_timeout_s))
         entry.request = chat.model_dump(exclude={"messages"}, exclude_unset=True)
         check_request(chat, self.model)
         inputs = program_inputs(self.program.signature, question_text(chat.messages))
-        return caller, chat, inputs, request_budget(caller.ceiling, chat)
+        budget = request_budget(caller.ceiling, chat)
+        run_started = time.perf_counter()
+        prediction = await self._run(caller, inputs, budget, entry, started)
+        return self._answer(chat, prediction, budget, run_started)
 
-    async def _refused(self, entry: AuditEntry, error: RequestError) -> Any:
-        """Refuse a request before its run, recording why in the audit log."""
-        audit = self.runner.audit
-        if audit is not None:
-            entry.outcome, entry.error = OUTCOMES.get(error.status, "input"), error.message
-            await asyncio.get_running_loop().run_in_executor(None, audit.write, entry)
-        return self.replies.error(error)
-
-    async def _run(self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry) -> dspy.Prediction:
-        """The run's prediction, from a server thread; a ``RequestError`` for a timeout, a refusal, or a failure."""
-        future = self.threads.submit(self.runner, caller, inputs, budget, entry)
+    async def _audited(self, entry: AuditEntry, started: float, response: Any) -> Any:
+        """``response`` once its row is in the audit log, or a 503 (with the run's cost, if any) when it can't be."""
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.request_timeout_s)
-        except TimeoutError:
-            raise RequestError(
-                504, f"no answer within {self.request_timeout_s:g} s", "timeout", "timeout_error"
-            ) from None
-        except RequestError:
-            raise
-        except ConductorError as exc:  # the library's own report, e.g. an unreachable conductor LM
-            raise RequestError(502, str(exc), "upstream_error", "server_error") from None
-        except Exception as exc:
-            logger.exception("the program failed")
-            raise RequestError(500, f"{type(exc).__name__}: {exc}", "internal_error", "server_error") from None
+            await asyncio.get_running_loop().run_in_executor(None, self.runner.write, entry, started)
+        except RequestError as exc:
+            cost = response.headers.get(COST_HEADER)
+            return self.replies.error(exc, {COST_HEADER: cost} if cost is not None else None)
+        return response
+
+    async def _run(
+        self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry, started: float
+    ) -> dspy.Prediction:
+        """The run's prediction, from a server thread; a ``RequestError`` for a timeout, a refusal, or a failure of
+        the conductor LM."""
+        future = self.threads.submit(self.runner, caller, inputs, budget, entry)
+        waiting = asyncio.wrap_future(future)
+        done, _ = await asyncio.wait([waiting], timeout=self.request_timeout_s)
+        if done:
+            try:
+                return waiting.result()
+            except ConductorError as exc:  # the library's own report, e.g. an unreachable conductor LM
+                raise RequestError(502, str(exc), "upstream_error", "server_error") from None
+        waiting.cancel()
+        timeout = RequestError(504, f"no answer within {self.request_timeout_s:g} s", "timeout", "timeout_error")
+        if future.cancel():  # it never started: nothing to wait for
+            raise timeout
+        future.add_done_callback(lambda _: self._write_late(entry, started, timeout))
+        raise _RunOutlivedItsClient(timeout)
+
+    def _write_late(self, entry: AuditEntry, started: float, timeout: RequestError) -> None:
+        """The row of a run whose client got ``timeout``, written on the run's thread when it ends."""
+        entry.outcome, entry.error = "timeout", timeout.message
+        with contextlib.suppress(RequestError):  # logged by the runner, and the client has its answer
+            self.runner.write(entry, started)
 
     def _answer(self, chat: ChatRequest, prediction: dspy.Prediction, budget: Budget, started: float) -> Any:
         """The run's answer as a ``chat.completion`` (or its stream), or the 400 for a run that had none to give."""
@@ -108,3 +143,8 @@ class ChatRoute:
             events = completion.chunks(content, finish, usage(result), trace, include_usage)
             return self.replies.events(events, {**cost, "cache-control": "no-cache"})
         return self.replies.json(completion.message(content, finish, usage(result), trace), 200, cost)
+
+
+def outcome_of(error: RequestError) -> Outcome:
+    """The audit outcome of a request answered with ``error``."""
+    return OUTCOMES.get(error.status, "input" if error.status < 500 else "error")

@@ -1,9 +1,18 @@
 """One request's run, on a server thread: ``Conductor.ask`` and ``Conductor.run_reply`` under the caller's rules
 (the day's spend reserved first, the workflow checked against the key's workers before any runs, the reservation
-settled to the real spend), with the audit entry written whatever happened."""
+settled to the real spend), with what it did and spent copied into the request's audit entry; and the writing of that
+entry, which the chat route does once per request.
 
+A store that can't be written (the database locked, full or gone) is a 503 (``storage_unavailable``), logged in one
+line: the server's problem, which a client may retry, never a 500. What holds then: a reservation that can't be
+settled stays held at the run's worst case, so a day never counts less than was spent; the audit row is one INSERT
+in one transaction, so it is written whole or not at all."""
+
+import contextlib
 import dataclasses
+import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import dspy
@@ -12,49 +21,44 @@ from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._governance import SpendLedger
 from conductor.deploy.server._auth import Caller, check_workers
 from conductor.deploy.server._schema import RequestError
-from conductor.deploy.server._spend import OUTCOMES, record, reserve
+from conductor.deploy.server._spend import record, reserve
 from conductor.modules import Budget, Conductor, RunError, Workflow
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class Runner:
-    """Runs requests for ``program`` under their caller's rules (on a server thread) and audits each one."""
+    """Runs requests for ``program`` under their caller's rules (on a server thread) and writes their audit rows."""
 
     program: Conductor
     ledger: SpendLedger | None
     audit: AuditLog | None
 
     def __call__(self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry) -> dspy.Prediction:
-        """Run one request and append what it did to the audit log, whatever happened. An audit log that can't be
-        written fails the request: no answer goes out unrecorded."""
-        program, started, prediction = self.program, time.perf_counter(), None
-        try:
-            question = program.question_text(inputs)
-            if isinstance(question, RunError):
-                prediction = program.no_answer(question)
-            else:
-                entry.question = question
-                prediction = self._run(caller, question, budget, entry)
-            entry.outcome = prediction.error.kind if prediction.error is not None else "ok"
-            return prediction
-        except RequestError as exc:
-            entry.outcome, entry.error = OUTCOMES.get(exc.status, "error"), exc.message
-            raise
-        except Exception as exc:
-            entry.error = f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            if self.audit is not None:
-                if prediction is not None:
-                    record(entry, prediction)
-                entry.latency_s = time.perf_counter() - started
+        """Run one request; ``entry`` gets the question, the workflow, the outcome and what the run spent (when it
+        raises: what it knew by then)."""
+        program = self.program
+        question = program.question_text(inputs)
+        if isinstance(question, RunError):
+            return _recorded(entry, program.no_answer(question))
+        entry.question = question
+        return self._run(caller, question, budget, entry)
+
+    def write(self, entry: AuditEntry, started: float) -> None:
+        """Append ``entry`` (its latency counted from ``started``, a ``time.perf_counter()``) to the audit log, if
+        the server keeps one; a 503 when it can't be written."""
+        if self.audit is not None:
+            entry.latency_s = time.perf_counter() - started
+            with _store(f"the audit log (request {entry.request_id})"):
                 self.audit.write(entry)
 
     def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
         """``Conductor.forward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
         the fallback) checked against the key's workers before any runs, the reservation settled to the real spend."""
         program = self.program
-        reservation = reserve(self.ledger, caller.key, budget)
+        with _store("the spend ledger"):
+            reservation = reserve(self.ledger, caller.key, budget)
         prediction = None
         try:
 
@@ -64,8 +68,30 @@ class Runner:
 
             reply = program.ask(question, budget=budget)
             prediction = program.run_reply(question, reply, executor=caller.executor, budget=budget, check=check)
-            return prediction
+            return _recorded(entry, prediction)
         finally:
             if reservation is not None:
                 spent = (prediction.cost, prediction.tokens) if prediction is not None else (0.0, 0)
-                self.ledger.settle(reservation, *spent)
+                with _store("the spend ledger"):
+                    self.ledger.settle(reservation, *spent)
+
+
+def _recorded(entry: AuditEntry, prediction: dspy.Prediction) -> dspy.Prediction:
+    """``prediction``, its outcome and what it spent copied into ``entry``."""
+    record(entry, prediction)
+    entry.outcome = prediction.error.kind if prediction.error is not None else "ok"
+    return prediction
+
+
+@contextlib.contextmanager
+def _store(what: str) -> Iterator[None]:
+    """Writing to ``what``, whose failure becomes a 503 logged in one line (a refusal, such as a 429, passes)."""
+    try:
+        yield
+    except RequestError:
+        raise
+    except Exception as exc:
+        logger.error("can't write %s: %s: %s", what, type(exc).__name__, exc)
+        raise RequestError(
+            503, f"the server can't write {what} now; try again later", "storage_unavailable", "server_error"
+        ) from exc

@@ -6,12 +6,20 @@ Plain data, no web framework: the routes (``_chat.py``, ``_app.py``) turn these 
 
 import dataclasses
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import dspy
 import pydantic
+from typing_extensions import TypedDict  # pydantic's own dependency; it needs this TypedDict before Python 3.12
 
 from conductor.modules import Budget, RunResult
+
+MOST_TOKENS = 10**12
+MOST_COST = 10**6
+MOST_STEPS = 10**6
+"""The most a request may ask for (tokens, dollars, steps), far beyond any run. Bounds keep a client's numbers within
+what the spend ledger stores (SQLite integers below 2**63, dollars as nanodollars) and what ``Budget`` can compare;
+JSON numbers of more than 4,300 digits never get here (Python's int-from-str limit: they are invalid JSON)."""
 
 
 class RequestError(Exception):
@@ -36,6 +44,28 @@ class RequestError(Exception):
         return {"error": error, **self.extra}
 
 
+def _within(low: int, high: int) -> pydantic.AfterValidator:
+    """A check that a number lies from ``low`` to ``high``, whose error names the whole range."""
+
+    def check(value: float) -> float:
+        if not low <= value <= high:
+            raise ValueError(f"must be from {low:,} to {high:,}")
+        return value
+
+    return pydantic.AfterValidator(check)
+
+
+class BudgetRequest(TypedDict, total=False):
+    """``conductor_budget``: the ``Budget`` limits a request lowers, each in its range; any other field is kept for
+    ``_budget`` to refuse by name."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="allow")  # type: ignore[misc]
+    max_steps: Annotated[int, _within(0, MOST_STEPS)] | None
+    max_tokens: Annotated[int, _within(0, MOST_TOKENS)] | None
+    max_cost: Annotated[float, _within(0, MOST_COST)] | None
+    max_tokens_per_step: Annotated[int, _within(0, MOST_TOKENS)] | None
+
+
 class Message(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="allow")
     role: str
@@ -57,11 +87,11 @@ class ChatRequest(pydantic.BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
-    max_tokens: int | None = pydantic.Field(None, ge=1)
-    max_completion_tokens: int | None = pydantic.Field(None, ge=1)
+    max_tokens: Annotated[int, _within(1, MOST_TOKENS)] | None = None
+    max_completion_tokens: Annotated[int, _within(1, MOST_TOKENS)] | None = None
     temperature: float | None = pydantic.Field(None, ge=0, le=2)
     response_format: dict[str, Any] | None = None
-    conductor_budget: dict[str, Any] | None = None
+    conductor_budget: BudgetRequest | None = None
 
 
 @dataclasses.dataclass(frozen=True)

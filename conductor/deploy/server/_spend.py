@@ -1,7 +1,8 @@
-"""A served run's spend and its record: the audit log and the keys' daily spend ledger a server writes (both in one
-SQLite file), a key's share of the day reserved before its run (429 when it won't fit), and what a run did and cost
-copied into its audit entry."""
+"""A served run's spend and its record: the database a server writes (SQLite or PostgreSQL) with its audit log, the
+keys' daily spend ledger and any keys stored there, a key's share of the day reserved before its run (429 when it
+won't fit), and what a run did and cost copied into its audit entry."""
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import dspy
 
 from conductor.deploy._audit import AuditEntry, AuditLog
+from conductor.deploy._database import Database, open_database
 from conductor.deploy._governance import (
     KeySpec,
     KeyStore,
@@ -17,28 +19,77 @@ from conductor.deploy._governance import (
     SpendLimitExceeded,
     worker_problems,
 )
+from conductor.deploy._stored_keys import StoredKeys
 from conductor.deploy.server._schema import RequestError, run_result
 from conductor.errors import ConfigError
 from conductor.modules import Budget, Conductor
 
-OUTCOMES = {401: "unauthorized", 403: "forbidden", 429: "rate-limited"}
-"""The audit outcomes of refused requests, by HTTP status."""
+OUTCOMES = {
+    401: "unauthorized",
+    403: "forbidden",
+    408: "timeout",
+    429: "rate-limited",
+    499: "disconnected",
+    504: "timeout",
+}
+"""The audit outcomes of requests refused or cut short, by HTTP status (another 4xx is ``input``, a 5xx ``error``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stores:
+    """What a server reads and writes: its keys (a file's, the database's, or ``None``: open), the audit log and the
+    spend ledger (``None`` without a database, the ledger also without keys), in ``database``."""
+
+    keys: KeyStore | StoredKeys | None
+    audit: AuditLog | None
+    ledger: SpendLedger | None
+    database: Database | None
+
+    def close(self) -> None:
+        if self.database is not None:
+            self.database.close()
 
 
 def open_stores(
-    program: Conductor, keys: KeyStore | None, audit_db: str | Path | None, questions: bool, fields: Iterable[str]
-) -> tuple[AuditLog | None, SpendLedger | None]:
-    """The audit log and the spend ledger (both in ``audit_db``, if given), after checking ``keys`` fit them and the
-    pool."""
-    problems = worker_problems(keys.keys, program.pool.names) if keys is not None else []
-    if keys is not None and keys.has_daily_limits and audit_db is None:
-        problems.append("keys with daily limits need a database to count spend in: pass audit_db")
-    if problems:
-        raise ConfigError("; ".join(problems))
-    if audit_db is None:
-        return None, None
-    audit = AuditLog(audit_db, sensitive_fields=fields, secrets=_secrets(program), store_questions=questions)
-    return audit, SpendLedger(audit_db) if keys is not None else None
+    program: Conductor,
+    keys: KeyStore | None,
+    audit_db: str | Path | Database | None,
+    questions: bool,
+    fields: Iterable[str],
+    connections: int,
+) -> Stores:
+    """The server's stores in ``audit_db`` (a SQLite path or a ``postgresql://`` URL; at most ``connections`` open to
+    PostgreSQL), after checking the keys fit them and the pool. Without a keys file, keys stored in the database
+    (``conductor keys add --db``) are the server's keys."""
+    database = open_database(audit_db, max_connections=connections) if audit_db is not None else None
+    try:
+        keys = _server_keys(keys, database)
+        problems = worker_problems(keys.keys, program.pool.names) if keys is not None else []
+        if keys is not None and keys.has_daily_limits and database is None:
+            problems.append("keys with daily limits need a database to count spend in: pass audit_db")
+        if problems:
+            raise ConfigError("; ".join(problems))
+    except BaseException:
+        if database is not None:
+            database.close()
+        raise
+    if database is None:
+        return Stores(keys, None, None, None)
+    audit = AuditLog(database, sensitive_fields=fields, secrets=_secrets(program), store_questions=questions)
+    return Stores(keys, audit, SpendLedger(database) if keys is not None else None, database)
+
+
+def _server_keys(keys: KeyStore | None, database: Database | None) -> KeyStore | StoredKeys | None:
+    """The keys file's keys, else the database's if it ever held any; both is an error."""
+    stored = StoredKeys(database) if database is not None else None
+    if stored is None or not stored.any_added():
+        return keys
+    if keys is not None:
+        raise ConfigError(
+            f"keys come from one place: {database.name} holds keys (`conductor keys list --db`) and a keys file was "
+            "given too; move the file's keys into the database (`conductor keys add --db`) or use another database"
+        )
+    return stored
 
 
 def _secrets(program: Conductor) -> list[str]:

@@ -1,0 +1,257 @@
+"""The database a served program writes: the audit log, the keys' daily spend and the API keys kept there, in SQLite
+(a file path: the processes of one machine) or PostgreSQL (a ``postgresql://`` URL: replicas on several machines).
+
+``open_database`` takes either. Both kinds give the same guarantees through one interface: ``transaction()`` runs
+statements (written with ``?`` placeholders) in one transaction, committed on success and rolled back on error, on a
+connection no other thread holds. Exact daily limits need a read-then-write no other writer can interleave:
+SQLite's ``BEGIN IMMEDIATE`` takes the whole file's write lock up front, and PostgreSQL locks the rows a ``SELECT``
+reads with ``row_lock`` (``FOR UPDATE``) until the transaction ends, so only requests of the same key wait for each
+other, and a replica that dies mid-transaction releases its locks with its connection.
+
+The schema is the library's: created on first use and versioned in the ``conductor_schema`` table, one migration per
+version, applied under a lock so that replicas starting together migrate once. A database of a newer version than
+this library knows is refused with a clear error rather than written in a shape the library doesn't know.
+PostgreSQL needs ``pip install 'dspy-conductor[postgres]'`` (psycopg and its connection pool).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import importlib
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from conductor.errors import ConductorError, ConfigError, MissingDependency
+
+SCHEMA_VERSION = 1
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+DEFAULT_MAX_CONNECTIONS = 16
+"""A PostgreSQL replica's most open connections (a server process runs 16 requests at once by default)."""
+
+_AUDIT = """CREATE TABLE IF NOT EXISTS audit (
+    seq {seq},
+    ts TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    key_id TEXT,
+    program TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    question TEXT,
+    question_sha256 TEXT,
+    request TEXT NOT NULL,
+    workflow TEXT,
+    workers TEXT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    completion_tokens BIGINT NOT NULL,
+    cost DOUBLE PRECISION NOT NULL,
+    cost_by_step TEXT NOT NULL,
+    cost_by_worker TEXT NOT NULL,
+    latency_s DOUBLE PRECISION NOT NULL
+)"""
+_DAILY_SPEND = """CREATE TABLE IF NOT EXISTS daily_spend (
+    key_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    requests BIGINT NOT NULL DEFAULT 0,
+    spent_nanodollars BIGINT NOT NULL DEFAULT 0,
+    spent_tokens BIGINT NOT NULL DEFAULT 0,
+    held_nanodollars BIGINT NOT NULL DEFAULT 0,
+    held_tokens BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (key_id, day)
+)"""
+_API_KEYS = """CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    spec TEXT NOT NULL,
+    created TEXT NOT NULL,
+    revoked TEXT
+)"""
+_APPEND_ONLY = "the audit log is append-only"
+
+# One tuple of statements per schema version, by dialect. Version 1's use IF NOT EXISTS: SQLite files written before
+# the schema had a version already hold its first two tables.
+_MIGRATIONS: dict[str, list[tuple[str, ...]]] = {
+    "sqlite": [
+        (
+            _AUDIT.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT"),
+            f"CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit "
+            f"BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}'); END",
+            f"CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit "
+            f"BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}'); END",
+            _DAILY_SPEND,
+            _API_KEYS,
+        )
+    ],
+    "postgresql": [
+        (
+            _AUDIT.format(seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
+            "CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN RAISE EXCEPTION '{_APPEND_ONLY}'; END $$",
+            "CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit "
+            "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+            "CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit "
+            "FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only()",
+            _DAILY_SPEND,
+            _API_KEYS,
+        )
+    ],
+}
+
+
+class Database(abc.ABC):
+    """Where the audit log, the spend ledger and stored keys live. Thread-safe: each ``transaction()`` has a
+    connection of its own; processes (and, for PostgreSQL, machines) may share the database.
+
+    ``name`` says which database, without a password; ``row_lock`` is the clause that makes a ``SELECT`` lock the
+    rows it reads until the transaction ends (empty where a transaction already excludes every other writer).
+    """
+
+    dialect: str
+    name: str
+    row_lock: str = ""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection with ``execute(sql, params)`` (``?`` placeholders) inside one transaction: committed when the
+        block ends, rolled back if it raises."""
+
+    def close(self) -> None:  # noqa: B027 (most databases hold nothing between transactions)
+        """Release the connections this object holds (nothing to release by default)."""
+
+    def _migrate(self, db: Any) -> None:
+        """Bring the schema up to ``SCHEMA_VERSION`` inside the transaction ``db``, which holds the schema's lock."""
+        db.execute("CREATE TABLE IF NOT EXISTS conductor_schema (version INTEGER NOT NULL)")
+        version = db.execute("SELECT max(version) FROM conductor_schema").fetchone()[0] or 0
+        if version > SCHEMA_VERSION:
+            raise ConductorError(
+                f"the database {self.name} has schema version {version}, newer than this dspy-conductor's "
+                f"({SCHEMA_VERSION}): upgrade dspy-conductor on this machine to the version the others run"
+            )
+        for statements in _MIGRATIONS[self.dialect][version:]:
+            for statement in statements:
+                db.execute(statement)
+        if version < SCHEMA_VERSION:
+            db.execute("DELETE FROM conductor_schema")
+            db.execute("INSERT INTO conductor_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+class SQLiteDatabase(Database):
+    """A SQLite file, in write-ahead-logging mode (readers don't block writers); a connection per transaction, in
+    ``BEGIN IMMEDIATE``."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0):
+        self.path = Path(path).expanduser().absolute()
+        self.name = str(self.path)
+        self.timeout_s = timeout_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.closing(sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)) as db:
+                db.execute("PRAGMA journal_mode=WAL")
+            with self.transaction() as db:
+                self._migrate(db)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConductorError(f"can't open the database {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+
+class PostgresDatabase(Database):
+    """A PostgreSQL database by URL, through a pool of at most ``max_connections`` connections (each checked before
+    use, so a restarted database costs no failed request)."""
+
+    dialect = "postgresql"
+    row_lock = " FOR UPDATE"
+
+    def __init__(self, url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, timeout_s: float = 30.0):
+        psycopg, psycopg_pool = _import_psycopg()
+        self.name = safe_url(url)
+        try:  # a direct connection first: its error says why (refused, no such database, authentication)
+            with psycopg.connect(url, connect_timeout=int(timeout_s)) as db:
+                db.execute("SELECT pg_advisory_xact_lock(hashtext('dspy-conductor schema'))")
+                self._migrate(_Statements(db))
+        except psycopg.Error as exc:
+            raise ConductorError(f"can't open the database {self.name}: {exc}") from exc
+        pool = psycopg_pool.ConnectionPool
+        self._pool = pool(
+            url, min_size=1, max_size=max_connections, timeout=timeout_s, check=pool.check_connection, open=True
+        )
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Statements]:
+        with self._pool.connection() as db:  # the pool commits when the block ends, or rolls back on an error
+            yield _Statements(db)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _Statements:
+    """A psycopg connection that takes ``?`` placeholders, as sqlite3 does (the project's SQL has no literal ``?``
+    or ``%``)."""
+
+    def __init__(self, connection: Any):
+        self._connection = connection
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._connection.execute(sql.replace("?", "%s"), params or None)
+
+
+def open_database(target: str | Path | Database, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Database:
+    """The database at ``target``: a SQLite file path (or ``sqlite:///path``), a ``postgresql://`` URL, or an open
+    ``Database`` (returned as it is)."""
+    if isinstance(target, Database):
+        return target
+    text = str(target)
+    if text.startswith(POSTGRES_SCHEMES):
+        return PostgresDatabase(text, max_connections=max_connections)
+    if text.startswith("sqlite:///"):
+        return SQLiteDatabase(text.removeprefix("sqlite:///"))
+    if "://" in text:
+        raise ConfigError(
+            f"unsupported database {safe_url(text)}: give a SQLite file path (or sqlite:///path) or a "
+            "postgresql://user@host/dbname URL"
+        )
+    return SQLiteDatabase(text)
+
+
+def rows(cursor: Any) -> list[dict[str, Any]]:
+    """A cursor's rows as dicts by column name (the same for sqlite3 and psycopg)."""
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: fit for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _import_psycopg() -> tuple[ModuleType, ModuleType]:
+    """psycopg and psycopg_pool, or ``MissingDependency`` naming the extra that installs them."""
+    try:
+        return importlib.import_module("psycopg"), importlib.import_module("psycopg_pool")
+    except ImportError as exc:
+        raise MissingDependency(
+            f"a PostgreSQL database needs psycopg: pip install 'dspy-conductor[postgres]' ({exc})"
+        ) from exc
