@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any
+
 import pydantic
 
 
@@ -69,13 +75,71 @@ class MissingDependency(ConductorError, ImportError):
     """An optional dependency is needed for this feature; the message says what to install."""
 
 
-def validation_problems(error: pydantic.ValidationError, whole: str = "(config)") -> list[str]:
-    """One ``"where: what"`` line per problem pydantic found; ``whole`` names the place of a problem with no path."""
-    return [
-        f"{'.'.join(map(str, e['loc'])) or whole}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
-    ]
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the choice nearest a misspelled ``name``; ``""`` when none is near."""
+    near = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-def invalid_config(heading: str, error: pydantic.ValidationError, whole: str = "(config)") -> ConfigError:
-    """A ``ConfigError`` listing every problem of ``error`` under ``heading``, one indented line each."""
-    return ConfigError(f"{heading}:\n" + "\n".join(f"  {line}" for line in validation_problems(error, whole)))
+def validation_problems(
+    error: pydantic.ValidationError, whole: str = "(config)", model: type[pydantic.BaseModel] | None = None
+) -> list[str]:
+    """One ``"where: what"`` line per problem pydantic found; ``whole`` names the place of a problem with no path.
+    Given the ``model`` that was validated, a misspelled key gets the nearest field name as a suggestion."""
+    lines = []
+    for problem in error.errors():
+        where, message = problem["loc"], problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden" and model is not None:
+            message += did_you_mean(str(where[-1]), _field_names(model, where[:-1]))
+        lines.append(f"{'.'.join(map(str, where)) or whole}: {message}")
+    return lines
+
+
+def invalid_config(
+    heading: str,
+    error: pydantic.ValidationError,
+    whole: str = "(config)",
+    model: type[pydantic.BaseModel] | None = None,
+) -> ConfigError:
+    """A ``ConfigError`` listing every problem of ``error`` (``model``'s, if given) under ``heading``, one indented
+    line each."""
+    lines = validation_problems(error, whole, model)
+    return ConfigError(f"{heading}:\n" + "\n".join(f"  {line}" for line in lines))
+
+
+def _field_names(model: type[pydantic.BaseModel], where: tuple[int | str, ...]) -> list[str]:
+    """The field names of the models that ``where`` (a validation error's path) leads to inside ``model``."""
+    found: list[Any] = [model]
+    for part in where:
+        found = [inner for annotation in found for inner in _step(annotation, part)]
+    return [name for annotation in found if _is_model(annotation) for name in annotation.model_fields]
+
+
+def _step(annotation: Any, part: int | str) -> list[Any]:
+    """The types one part of an error's path leads to from ``annotation``: a union member's tag (its class name), a
+    model's field, a list's index or a mapping's key."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if getattr(annotation, "__name__", None) == part:
+        return [annotation]
+    if _is_model(annotation):
+        field = annotation.model_fields.get(part) if isinstance(part, str) else None
+        return _members(field.annotation) if field is not None else []
+    if isinstance(part, int) and origin in (list, tuple, set, frozenset) and args:
+        return _members(args[0])
+    if isinstance(part, str) and origin is dict and len(args) == 2:
+        return _members(args[1])
+    return []
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a value of ``annotation`` may have: a union's members, an ``Annotated`` type's own type."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _members(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return [member for arg in args for member in _members(arg)]
+    return [annotation]
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)

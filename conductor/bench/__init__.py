@@ -20,7 +20,7 @@ from conductor.bench._config import (
     validate_config,
 )
 from conductor.bench._plots import plot_accuracy_cost
-from conductor.bench._report import markdown_report, write_report
+from conductor.bench._report import markdown_report, shapes_table, write_report
 from conductor.bench._results import (
     ALL,
     Aggregate,
@@ -31,7 +31,7 @@ from conductor.bench._results import (
     wilson_interval,
     workflow_shapes,
 )
-from conductor.bench._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit
+from conductor.bench._run import RESULTS_FILE, ResultsFile, Unit, run_benchmark, run_unit, workflow_shape
 
 __all__ = [
     "ALL",
@@ -54,9 +54,11 @@ __all__ = [
     "run_benchmark",
     "run_unit",
     "shape_text",
+    "shapes_table",
     "summarise",
     "validate_config",
     "wilson_interval",
+    "workflow_shape",
     "workflow_shapes",
     "write_report",
 ]

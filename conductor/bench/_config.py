@@ -35,10 +35,12 @@ import dspy
 import pydantic
 import yaml
 
+from conductor._files import config_folder_or_name, config_relative
 from conductor._imports import import_object
 from conductor.bench.datasets import (
     BUILTIN_METRICS,
     DataFile,
+    MetricName,
     load_bigbench,
     load_gsm8k,
     load_gsm_symbolic,
@@ -92,12 +94,7 @@ class _SimulatedArgs(_Spec):
 class _FileArgs(DataFile):
     """A local data file (its path relative to the config file) and the metric that scores it."""
 
-    metric: str = pydantic.Field("exact", pattern=rf"^([\w.]+:[\w.]+|{'|'.join(BUILTIN_METRICS)})$")
-
-    @pydantic.field_validator("path")
-    @classmethod
-    def _relative_to_config(cls, path: Path, info: pydantic.ValidationInfo) -> Path:
-        return _resolve(path, info)
+    metric: MetricName = "exact"
 
 
 @dataclass(frozen=True)
@@ -194,8 +191,7 @@ class _RouterArgs(_Spec):
     @classmethod
     def _checkpoint(cls, lm: str, info: pydantic.ValidationInfo) -> str:
         """A checkpoint folder relative to the config file becomes absolute; a model string stays as it is."""
-        path = _resolve(Path(lm), info)
-        return str(path) if path.is_dir() else lm
+        return config_folder_or_name(lm, info)
 
 
 class _ConductorArgs(_RouterArgs):
@@ -227,7 +223,7 @@ class _ProgramArgs(_Spec):
     @pydantic.field_validator("path")
     @classmethod
     def _folder(cls, path: str, info: pydantic.ValidationInfo) -> str:
-        folder = _resolve(Path(path), info)
+        folder = config_relative(path, info)
         if not folder.is_dir():
             raise ValueError(f"{folder} is not a saved program folder")
         return str(folder)
@@ -317,7 +313,7 @@ def _parse_args(
     try:
         return model.model_validate(args, context=info.context)
     except pydantic.ValidationError as exc:
-        raise ValueError("; ".join(f"args.{problem}" for problem in validation_problems(exc))) from None
+        raise ValueError("; ".join(f"args.{problem}" for problem in validation_problems(exc, model=model))) from None
 
 
 # ---- the config ----------------------------------------------------------------------------------------------------
@@ -436,7 +432,7 @@ class BenchConfig(_Spec):
     def _pool_file(cls, pool: str | SimulatedPool, info: pydantic.ValidationInfo) -> str | SimulatedPool:
         if isinstance(pool, SimulatedPool) or pool == "default":
             return pool
-        path = _resolve(Path(pool), info)
+        path = config_relative(pool, info)
         if not path.is_file():
             raise ValueError(f"the pool file {path} does not exist (use a path, 'default' or {{simulated: {{}}}})")
         return str(path)
@@ -444,7 +440,7 @@ class BenchConfig(_Spec):
     @pydantic.field_validator("output")
     @classmethod
     def _output_dir(cls, output: Path, info: pydantic.ValidationInfo) -> Path:
-        return _resolve(output, info)
+        return config_relative(output, info)
 
     @pydantic.model_validator(mode="after")
     def _names(self) -> BenchConfig:
@@ -494,12 +490,6 @@ def _stamp(folder: Path) -> list[tuple[str, int, int]]:
     return sorted((str(p.relative_to(folder)), stat.st_size, stat.st_mtime_ns) for p, stat in files)
 
 
-def _resolve(path: Path, info: pydantic.ValidationInfo) -> Path:
-    """``path`` made absolute against the config file's folder (the context's ``base_dir``), else the working one."""
-    base = Path((info.context or {}).get("base_dir", "."))
-    return (base / path.expanduser()).resolve()
-
-
 def validate_config(data: Any, base_dir: str | Path = ".", source: str | Path | None = None) -> BenchConfig:
     """A ``BenchConfig`` from a parsed config; every problem in it is reported at once in one ``ConfigError``."""
     if not isinstance(data, dict):
@@ -508,7 +498,8 @@ def validate_config(data: Any, base_dir: str | Path = ".", source: str | Path | 
         config = BenchConfig.model_validate(data, context={"base_dir": Path(base_dir)})
     except pydantic.ValidationError as exc:
         count = exc.error_count()
-        raise invalid_config(f"invalid experiment config ({count} problem{'s' if count > 1 else ''})", exc) from None
+        heading = f"invalid experiment config ({count} problem{'s' if count > 1 else ''})"
+        raise invalid_config(heading, exc, model=BenchConfig) from None
     config._source = Path(source) if source is not None else None
     return config
 

@@ -102,9 +102,15 @@ def markdown_report(
             "the most common workflows are shares of those that ran one.",
             "",
         ]
-        header = ["method", "dataset", "n", "multi-step %", "steps", "rounds", "most common workflows"]
-        lines += _table(header, [_shape_cells(s) for s in shapes], 2, text_from=len(header) - 1)
+        lines += shapes_table(shapes)
     return "\n".join(lines) + "\n"
+
+
+def shapes_table(shapes: Sequence[Shapes], group: str = "dataset") -> list[str]:
+    """The Markdown lines of a workflow-shape table: a row per ``Shapes``, its ``dataset`` in a column named
+    ``group`` (``conductor train`` and ``compile`` group by kind of question)."""
+    header = ["method", group, "n", "multi-step %", "steps", "rounds", "most common workflows"]
+    return _table(header, [_shape_cells(s) for s in shapes], 2, text_from=len(header) - 1)
 
 
 def _shape_cells(shapes: Shapes) -> list[str]:

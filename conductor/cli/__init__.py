@@ -15,7 +15,7 @@ from typing import Any
 
 from conductor._version import __version__
 from conductor.cli import _bench, _compile, _eval, _keys, _pool, _run, _search, _serve, _train
-from conductor.cli._common import fail, status
+from conductor.cli._common import ConsoleLogHandler, fail, repeated_warnings, status
 from conductor.errors import ConductorError
 
 RUN_CONFIG_NAMES = ("RunConfig", "load_run_config")
@@ -59,24 +59,30 @@ def main(argv: list[str] | None = None) -> int:
             f"internal error: {type(exc).__name__}: {exc} (run with --verbose for the traceback)", markup=False
         )
         return 3
+    finally:
+        repeated_warnings.report()
 
 
 def configure_logging(verbose: bool) -> None:
     """The library's own warnings always; its info, and other libraries' warnings and progress bars, with
-    ``verbose`` (errors always show). Calling it again (``main`` run in-process) reconfigures, adds nothing."""
+    ``verbose`` (errors always show); a warning repeated is shown once and counted (``main`` prints the counts).
+    Calling it again (``main`` run in-process) reconfigures, adds nothing."""
     root = logging.getLogger()
     handler = next((h for h in root.handlers if h.get_name() == LOG_HANDLER), None)
     if handler is None:
-        handler = logging.StreamHandler()
+        handler = ConsoleLogHandler()
         handler.set_name(LOG_HANDLER)
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         root.addHandler(handler)
-    handler.stream = sys.stderr  # the current one (tests replace it), not the one it had
-    handler.filters = [] if verbose else [_own_or_error]
+    repeated_warnings.counts.clear()
+    handler.filters = [repeated_warnings] if verbose else [_own_or_error, repeated_warnings]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.captureWarnings(True)  # Python warnings (peft, transformers) become "py.warnings" records
     for name in THIRD_PARTY_LOGGERS:  # those that write through handlers of their own
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.NOTSET if verbose else logging.ERROR)
+        for own in logger.handlers:  # dspy's warns on every truncated LM call
+            own.addFilter(repeated_warnings)
     if not verbose:  # transformers and huggingface_hub read these when imported
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -2,9 +2,11 @@
 
 Components are named by import path (``module:function``, as torchtune names them; e.g.
 ``conductor.bench.datasets:load_gsm8k``), resolved against the working folder too, so a module of one's own works
-from its folder. Every problem in a file is reported at once, in one ``ConfigError``.
+from its folder. Paths (``program.pool``, a ``program.conductor`` folder, ``data.file.path``, ``output_dir``) are
+relative to the config file, so a config means the same files from any folder. Every problem in a file is reported at
+once, in one ``ConfigError``.
 
-One's own data is a local file instead of a loader (paths relative to the working folder)::
+One's own data is a local file instead of a loader::
 
     data:
       file: {path: questions.jsonl, inputs: [question], answer: answer}   # or .csv, .parquet
@@ -23,8 +25,9 @@ import dspy
 import pydantic
 import yaml
 
+from conductor._files import config_folder_or_name, config_relative
 from conductor._imports import import_object as imported
-from conductor.bench.datasets import BUILTIN_METRICS, DataFile, Splits, split
+from conductor.bench.datasets import BUILTIN_METRICS, DataFile, MetricName, Splits, split
 from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
 from conductor.local import EMBEDDED_MODELS
@@ -62,12 +65,22 @@ class ProgramSection(pydantic.BaseModel):
         False, description="decode only valid workflows, in training and after (needs xgrammar)"
     )
 
+    @pydantic.field_validator("pool")
+    @classmethod
+    def _pool_file(cls, pool: str, info: pydantic.ValidationInfo) -> str:
+        if pool == "default":  # a name, not a path
+            return pool
+        path = config_relative(pool, info)
+        if not path.is_file():
+            raise ValueError(f"the pool file {path} does not exist (name one relative to the config, or 'default')")
+        return str(path)
+
     @pydantic.field_validator("conductor")
     @classmethod
-    def _local_prefix(cls, name: str) -> str:
+    def _model_name(cls, name: str, info: pydantic.ValidationInfo) -> str:
         if name in EMBEDDED_MODELS:
             raise ValueError(f"an embedded local model is named local/{name}")
-        return name
+        return config_folder_or_name(name, info)
 
     @property
     def trainable(self) -> bool:
@@ -88,10 +101,8 @@ class DataSection(pydantic.BaseModel):
     )
     args: dict[str, Any] = {}
     file: DataFile | None = pydantic.Field(None, description="a JSONL, CSV or Parquet file of questions and answers")
-    metric: str = pydantic.Field(
-        "exact",
-        pattern=rf"^([\w.]+:[\w.]+|{'|'.join(BUILTIN_METRICS)})$",
-        description=f"one of {list(BUILTIN_METRICS)}, or 'module:function'(example, prediction)",
+    metric: MetricName = pydantic.Field(
+        "exact", description=f"one of {list(BUILTIN_METRICS)}, or 'module:function'(example, prediction)"
     )
     n: int | None = pydantic.Field(None, ge=1, description="use only the first n examples")
     seed: int = 0
@@ -137,6 +148,12 @@ class CompileSection(pydantic.BaseModel):
     cost_unit: Literal["usd", "tokens"] = pydantic.Field("usd", description="the cost the budget phase trades off")
     max_cost: float | None = pydantic.Field(None, gt=0, description="the budget point's most cost per question")
     min_accuracy: float | None = pydantic.Field(None, ge=0, le=1, description="the budget point's least accuracy")
+    optuna_storage: str | None = pydantic.Field(
+        None,
+        min_length=1,
+        description="the Optuna storage URL of the budget trials (postgresql://...: machines share one study); "
+        "None: output_dir/budget.db",
+    )
 
 
 class RunConfig(pydantic.BaseModel):
@@ -161,9 +178,21 @@ class RunConfig(pydantic.BaseModel):
     @classmethod
     def _grpo_output_dir(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("grpo"), dict):
-            # A missing output_dir is reported once, at the top level, not again under grpo.
-            data = {**data, "grpo": {**data["grpo"], "output_dir": data.get("output_dir") or "."}}
+            # A stand-in that `_grpo_writes_to_output_dir` replaces: a missing output_dir is reported once, at the
+            # top level, not again under grpo.
+            data = {**data, "grpo": {**data["grpo"], "output_dir": "."}}
         return data
+
+    @pydantic.field_validator("output_dir")
+    @classmethod
+    def _output_dir(cls, output_dir: Path, info: pydantic.ValidationInfo) -> Path:
+        return config_relative(output_dir, info)
+
+    @pydantic.model_validator(mode="after")
+    def _grpo_writes_to_output_dir(self) -> RunConfig:
+        if self.grpo is not None:
+            self.grpo = self.grpo.model_copy(update={"output_dir": self.output_dir})
+        return self
 
     @pydantic.model_validator(mode="after")
     def _one_workflow_length(self) -> RunConfig:
@@ -230,7 +259,7 @@ class RunConfig(pydantic.BaseModel):
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    """Read and validate a YAML config file; every problem in one ``ConfigError``."""
+    """Read and validate a YAML config file, its paths relative to its folder; every problem in one ``ConfigError``."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -239,9 +268,9 @@ def load_run_config(path: str | Path) -> RunConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping with `data` and `output_dir`")
     try:
-        return RunConfig.model_validate(raw)
+        return RunConfig.model_validate(raw, context={"base_dir": path.parent})
     except pydantic.ValidationError as exc:
-        raise invalid_config(f"invalid config {path}", exc) from None
+        raise invalid_config(f"invalid config {path}", exc, model=RunConfig) from None
 
 
 def import_object(path: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -48,14 +49,27 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"show_descriptions": pool.show_descriptions, "workers": rows}, indent=2))
         return 0
-    shown = "descriptions shown" if pool.show_descriptions else "ids only"
-    table = Table(title=f"Worker pool ({shown} to the conductor)")
-    for column in ("id", "name", "kind", "description", "$/1K in", "$/1K out", "max tokens", "timeout s", "retries"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(Text(str(v)) for v in row.values()))  # names are data, not rich markup
-    console.print(table)
+    console.print(_table(rows, pool.show_descriptions))
     return 0
+
+
+_PRICES = ("price_in_per_1k", "price_out_per_1k")
+
+
+def _table(rows: list[dict[str, Any]], show_descriptions: bool) -> Table:
+    """The rows as a table that stays whole at any width: the prices and the limits share a column each, so that
+    80 columns leave the names room, and a cell too narrow folds its text rather than cut it."""
+    shown = "descriptions shown" if show_descriptions else "ids only"
+    table = Table(title=f"Worker pool ({shown} to the conductor)")
+    for column in ("id", "name", "kind", "description", "$/1K in / out", "limits per call"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        kind = row["kind"].removesuffix("Worker") or row["kind"]  # CalculatorWorker: Calculator
+        prices = " / ".join(str(row[key]) if row[key] is not None else "unknown" for key in _PRICES)
+        limits = f"{row['max_tokens']} tokens, {row['timeout_s']:g} s, {row['retries']} retries"
+        cells = (row["id"], row["name"], kind, row["description"], prices, limits)
+        table.add_row(*(Text(str(cell)) for cell in cells))  # names are data, not rich markup
+    return table
 
 
 def _pool(args: argparse.Namespace) -> WorkerPool:

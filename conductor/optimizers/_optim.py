@@ -5,6 +5,7 @@ Importing this module needs no torch; making an optimizer does.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
@@ -25,15 +26,25 @@ def adamw_with_warmup(
     schedule: Schedule = "cosine",
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over ``params`` and its learning-rate schedule over ``steps`` optimizer steps: a linear warmup over
-    the first ``warmup_ratio`` of them (rounded up), then cosine decay to 0 or a constant ``lr``."""
+    the first ``warmup_ratio`` of them (rounded up), then cosine decay towards 0 or a constant ``lr``."""
     import torch
-    from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     warmup = math.ceil(warmup_ratio * steps)
-    if schedule == "cosine":
-        return optimizer, get_cosine_schedule_with_warmup(optimizer, warmup, steps)
-    return optimizer, get_constant_schedule_with_warmup(optimizer, warmup)
+    factor = functools.partial(_lr_factor, warmup=warmup, steps=steps, schedule=schedule)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _lr_factor(step: int, warmup: int, steps: int, schedule: Schedule) -> float:
+    """The share of the peak learning rate that optimizer step ``step`` (from 0) uses. The warmup reaches
+    ``(step + 1) / (warmup + 1)``, never 0: transformers' warmup starts at 0, which leaves a run of one step (or a
+    short run's only step with a gradient) not learning at all. After it, the same as transformers' schedules."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, steps - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def optimizer_step(

@@ -1,4 +1,5 @@
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -159,22 +160,72 @@ def test_pool_lists_a_saved_programs_pool_only_when_trusted(tmp_path, capsys):
     assert [w["name"] for w in json.loads(capsys.readouterr().out)["workers"]] == ["title", "calc"]
 
 
-def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_data_folder(monkeypatch, tmp_path):
+def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_data_folder(
+    monkeypatch, tmp_path, capsys
+):
     from conductor.cli import _serve
     from conductor.deploy import TRAINED_PROGRAM
     from tests.deploy.helpers import compiled_program
 
     seen = {}
+
+    class Uvicorn:  # records what the server would run: the app, on a socket already bound
+        class Config:
+            def __init__(self, app, **options):
+                seen.update(app=app, config=options)
+
+        class Server:
+            def __init__(self, config):
+                pass
+
+            def run(self, sockets):
+                seen["port"] = sockets[0].getsockname()[1]
+
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     monkeypatch.setattr(_serve, "load_program", lambda folder, trust_code: seen.update(folder=folder) or program)
-    monkeypatch.setattr(_serve, "create_app", lambda program, **options: seen.update(options))
-    monkeypatch.setattr(
-        _serve, "import_serving", lambda name: type("Uvicorn", (), {"run": staticmethod(lambda *a, **k: None)})
-    )
+    monkeypatch.setattr(_serve, "create_app", lambda program, **options: seen.update(options) or "the app")
+    monkeypatch.setattr(_serve, "import_serving", lambda name: Uvicorn)
     program = compiled_program()
-    assert main(["serve"]) == 0
+    assert main(["serve", "--port", "0"]) == 0  # 0: a free port, which the message must then name
     assert seen["folder"] == TRAINED_PROGRAM and seen["model"] == "local-routing"
     assert Path(seen["audit_db"]) == tmp_path / "dspy-conductor" / "audit" / "local-routing.sqlite"
+    assert seen["app"] == "the app" and seen["port"] == seen["config"]["port"] > 0
+    assert f"Serving 'local-routing' at http://127.0.0.1:{seen['port']}/v1" in " ".join(capsys.readouterr().err.split())
+    assert seen["docs"] is False and seen["body_timeout_s"] == 30.0  # the API docs are off unless asked for
+    assert main(["serve", "--port", "0", "--docs", "--body-timeout", "5"]) == 0
+    assert seen["docs"] is True and seen["body_timeout_s"] == 5.0
+
+
+def test_serve_on_a_taken_port_names_it_and_the_flag_to_change(monkeypatch, capsys):
+    pytest.importorskip("uvicorn")
+    from conductor.cli import _serve
+    from tests.deploy.helpers import compiled_program
+
+    monkeypatch.setattr(_serve, "load_program", lambda folder, trust_code: compiled_program())
+    monkeypatch.setattr(_serve, "create_app", lambda program, **options: "the app")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2  # bad input, as `conductor --help` says
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"can't listen on 127.0.0.1:{port}: Address already in use: choose another port with --port" in err
+    assert "Serving" not in err
+
+
+def test_the_pool_table_keeps_every_name_whole_at_80_columns(monkeypatch, capsys):
+    from rich.console import Console
+
+    from conductor.cli import _pool
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(_pool, "console", Console())  # made as a new process makes it: 80 columns, from COLUMNS
+    assert main(["pool"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) == 80
+    assert "…" not in out  # nothing cut short
+    for whole in ("smollm2", "gemma", "python", "calculator", "Calculator", "Python", "Evaluates", "arithmetic"):
+        assert whole in out, whole
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])

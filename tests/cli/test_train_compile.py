@@ -98,23 +98,44 @@ def test_every_config_error_is_reported_at_once(tmp_path: Path) -> None:
     assert "grpo.output_dir" not in message  # the missing output_dir is reported once
 
 
+def assert_ends_with_scores_and_workflows(out: str, before: str, after: str) -> None:
+    """The held-out table (validation and test accuracy, before and after) and the learned workflows' table."""
+    assert "| program | validation accuracy | test accuracy | n |" in out, out
+    assert f"| {before} |" in out and f"| {after} |" in out
+    workflows = out[out.index("| method | kind |") :]
+    assert f"| {after} | even |" in workflows or f"| {after} | odd |" in workflows, workflows
+    assert "calc[]" in workflows or "title[]" in workflows  # a workflow as its steps' workers
+
+
 def test_train_writes_metrics_and_a_program_that_eval_scores(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     grammar = {"grammar": True, "max_steps": 1, "max_tokens": 64}  # the tiny policy is valid only when constrained
-    config = write_config(tmp_path, grammar, grpo={**GRPO, "max_new_tokens": 64})
+    config = write_config(tmp_path, grammar, grpo={**GRPO, "max_new_tokens": 64, "progress": True})
     assert main(["train", str(config)]) == 0
+    shown = capsys.readouterr()
+    assert "GRPO" in shown.err and "2/2" in shown.err  # GRPO's bar, then a bar per split scored, without -v
+    assert shown.err.count("questions answered") == 4, shown.err  # untrained and trained, validation and test
+    assert_ends_with_scores_and_workflows(shown.out, "untrained", "trained")
     run = tmp_path / "run"
+    held_out = json.loads((run / "held_out.json").read_text())
+    assert set(held_out) == {"untrained", "trained"}
+    assert all(0 <= r["validation_accuracy"] <= 1 for r in held_out.values())
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2 and steps[-1]["format_failure_rate"] == 0.0  # the grammar was on
     manifest = json.loads((run / "program" / "manifest.json").read_text())
     assert manifest["conductor_lm"]["workflow_grammar"] is True
-    assert main(["train", str(config), "--resume"]) == 0  # every step is done: nothing to run again
+    assert main(["train", str(config), "--resume", "--no-test"]) == 0  # every step is done: nothing to run again
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "questions answered" not in capsys.readouterr().err
 
-    capsys.readouterr()
-    assert (
-        main(["eval", str(run / "program"), "--trust-code", "--config", str(config), "--split", "train", "--json"]) == 0
-    )
+    answers = tmp_path / "answers.jsonl"
+    evaluate = ["eval", str(run / "program"), "--trust-code", "--config", str(config), "--split", "train"]
+    assert main([*evaluate, "--json", "--answers", str(answers)]) == 0
     result = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [row["question"] for row in rows] == [e.question for e in load_run_config(config).splits().train]
+    assert len(rows) == 4 and {"answer", "expected", "score", "workflow", "tokens", "cost", "family"} <= set(rows[0])
+    assert all(row["workflow"].startswith("model_id = [") and row["tokens"] > 0 for row in rows), rows
+    assert result["accuracy"] == pytest.approx(sum(row["score"] for row in rows) / 4)
     assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
     by_family = result["by_family"]
     assert sum(f["n"] for f in by_family.values()) == 4 and set(by_family) <= {"odd", "even"}
@@ -132,11 +153,15 @@ def test_compile_runs_few_shot_and_grpo_and_prints_the_phase_table(
     assert main(["compile", str(config)]) == 0
     table = (tmp_path / "run" / "phases.md").read_text()
     assert [row.split("|")[1].strip() for row in table.splitlines()[2:]] == ["start", "prompt-1", "grpo-1"]
-    out = capsys.readouterr().out
-    assert "| start |" in out and "| uncompiled |" in out and "| compiled |" in out
+    shown = capsys.readouterr()
+    assert "| start |" in shown.out
+    assert_ends_with_scores_and_workflows(shown.out, "uncompiled", "compiled")
+    assert "questions answered" in shown.err and "1/1" in shown.err  # each phase's scoring had its bar, without -v
     assert (tmp_path / "run" / "best" / "manifest.json").exists()
     held_out = json.loads((tmp_path / "run" / "held_out.json").read_text())
     assert set(held_out) == {"uncompiled", "compiled"} and all(r["n"] == 1 for r in held_out.values())
+    phases = json.loads((tmp_path / "run" / "phases.json").read_text())
+    assert held_out["uncompiled"]["validation_accuracy"] == phases[0]["score"] / 100  # the start, as the phases scored
 
 
 def test_compile_without_few_shot_runs_no_prompt_phase(tmp_path: Path) -> None:

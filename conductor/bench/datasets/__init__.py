@@ -23,6 +23,7 @@ from conductor.bench.datasets._humaneval import HUMAN_EVAL, completed_program, h
 from conductor.bench.datasets._local_files import BadRow, DataFile, FileRows
 from conductor.bench.datasets._metrics import (
     BUILTIN_METRICS,
+    MetricName,
     answer_text,
     choice_metric,
     contains_metric,
@@ -46,6 +47,7 @@ __all__ = [
     "DataFile",
     "DatasetUnavailable",
     "FileRows",
+    "MetricName",
     "Package",
     "Splits",
     "answer_text",

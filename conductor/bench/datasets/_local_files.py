@@ -18,9 +18,10 @@ from typing import Any, Literal, NamedTuple
 import dspy
 import pydantic
 
+from conductor._files import config_relative
 from conductor.bench.datasets._cache import cache_dir
 from conductor.bench.datasets._example import make_example
-from conductor.errors import ConfigError, MissingDependency
+from conductor.errors import ConfigError, MissingDependency, did_you_mean
 from conductor.modules import format_options, option_labels
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ class FileRows(NamedTuple):
 
 
 class DataFile(pydantic.BaseModel):
-    """A local data file and how its records become examples (the ``file`` of a config)."""
+    """A local data file and how its records become examples (the ``file`` of a config; its path relative to the
+    config file)."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
     path: Path
@@ -71,6 +73,11 @@ class DataFile(pydantic.BaseModel):
     options: str | list[str] | None = pydantic.Field(
         None, description="for multiple choice: a field holding the options, or one field per option"
     )
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _relative_to_config(cls, path: Path, info: pydantic.ValidationInfo) -> Path:
+        return config_relative(path, info)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> DataFile:
@@ -103,6 +110,7 @@ class DataFile(pydantic.BaseModel):
         if metric == "choice" and self.options is None:
             raise ConfigError(f"the choice metric needs `options`: the field(s) of {self.path.name} holding them")
         records = self._records()
+        self._check_columns(records)
         examples, bad = [], []
         for number, record in records:
             try:
@@ -133,6 +141,17 @@ class DataFile(pydantic.BaseModel):
         else:
             rows = _load(kind, self.path)
         return list(enumerate(rows, start=1))
+
+    def _check_columns(self, records: list[tuple[int, Any]]) -> None:
+        """A ``ConfigError`` when a field this reads is in no record: every row would be left out for it."""
+        found = list(dict.fromkeys(key for _, record in records if isinstance(record, dict) for key in record))
+        missing = [name for name in self._fields() if name not in found]
+        if found and missing:
+            named = ", ".join(f"{name!r}{did_you_mean(name, found)}" for name in missing)
+            raise ConfigError(
+                f"{self.path.name} has no column {named}: its columns are {found}, and {self._fields()} were expected "
+                "(name its columns in the file's `inputs`, `answer` and `options`)"
+            )
 
     def _example(self, record: Any, metric: str) -> dspy.Example:
         if not isinstance(record, dict):

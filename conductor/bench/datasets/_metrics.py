@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
+
+from conductor.errors import did_you_mean
 from conductor.modules import bare_answer, choice_index, extract_answer, normalise, option_labels
 
 
@@ -61,3 +64,18 @@ BUILTIN_METRICS = {
     "contains": contains_metric,
 }
 """The metrics a config may name without an import path."""
+
+
+def checked_metric_name(name: str) -> str:
+    """``name`` if a config may name it as its metric (a builtin one, or ``module:function``); else a ``ValueError``
+    that lists the builtin ones."""
+    if name in BUILTIN_METRICS or re.fullmatch(r"[\w.]+:[\w.]+", name):
+        return name
+    raise ValueError(
+        f"unknown metric {name!r}{did_you_mean(name, BUILTIN_METRICS)}: name one of {', '.join(BUILTIN_METRICS)}, "
+        "or a function of your own as 'module:function'"
+    )
+
+
+MetricName = Annotated[str, pydantic.AfterValidator(checked_metric_name)]
+"""A config's ``metric`` field: a builtin metric's name or ``module:function``, checked when validated."""
