@@ -107,8 +107,15 @@ def test_requests_need_a_known_key(serve):
 
 
 def test_a_server_without_keys_stays_open_and_says_so(caplog):
-    with caplog.at_level(logging.WARNING, logger="conductor.deploy.server._app"):
-        client = TestClient(create_app(team()))
+    # caplog's handler sits on the root logger; in the whole suite's worker process something earlier stops records
+    # from reaching it (not found yet), so the handler goes on the app's own logger
+    logger = logging.getLogger("conductor.deploy.server._app")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger=logger.name):
+            client = TestClient(create_app(team()))
+    finally:
+        logger.removeHandler(caplog.handler)
     assert "no API keys are configured" in caplog.text
     assert ask(client, None).status_code == 200
 
