@@ -19,6 +19,7 @@ import pytest
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, ToolWorker, WorkerPool
 from conductor.optimizers import (
+    Candidate,
     ProgramSearchConfig,
     candidate_space,
     program_search,
@@ -26,6 +27,8 @@ from conductor.optimizers import (
     searched_workflows,
     write_search_report,
 )
+from conductor.optimizers.finetune import TemplateStep
+from conductor.optimizers.search import Outcome, SearchCost, SearchResult
 from conductor.testing import ScriptedWorker
 from tests.optimizers import kinds
 from tests.optimizers.kinds import FAMILIES, right, workers
@@ -287,3 +290,18 @@ def test_questions_the_budget_left_unscored_are_their_own_group(tmp_path: Path) 
     write_search_report(result, tmp_path)
     kinds_found = {r["kind"]: r["questions"] for r in json.loads((tmp_path / "oracle.json").read_text())}
     assert kinds_found["not scored (the budget ran out)"] == sum(not row for row in result.outcomes)
+
+
+def test_a_question_s_equal_winners_are_told_apart_by_cost_then_by_how_often_each_wins() -> None:
+    # "short" and "plain" are both right on question 0 at no cost and one step; "short" spends fewer tokens there,
+    # but "plain" is right on every question, so all of them are taught one workflow (tokens decided it before)
+    short, plain, paid = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain", "paid"))
+    free = {"short": Outcome(1.0, 1, 10, 0.0), "plain": Outcome(1.0, 1, 30, 0.0)}
+    rows = [free, *({"short": Outcome(0.0, 1, 10, 0.0), "plain": Outcome(1.0, 1, 30, 0.0)} for _ in range(3))]
+    questions = [example("spell", i) for i in range(4)]
+    result = SearchResult([short, plain], questions, rows, SearchCost())
+    assert [result.winner(i).name for i in range(4)] == ["plain"] * 4
+    # dollars still come first: a cheaper candidate right on a question is its winner however rarely it wins
+    priced = [{**rows[0], "paid": Outcome(1.0, 1, 5, 0.5)}, *rows[1:]]
+    cheap = [{**row, "plain": Outcome(row["plain"].score, 1, 30, 1.0)} for row in priced]
+    assert SearchResult([short, plain, paid], questions, cheap, SearchCost()).winner(0).name == "short"

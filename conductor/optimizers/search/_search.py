@@ -22,6 +22,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -138,16 +139,37 @@ class SearchResult:
 
     def preferences(self, index: int) -> list[Candidate]:
         """The candidates for question ``index`` in the order the warm start prefers them: those it scored, best
-        first and the cheaper of equals first, then the rest in ``overall`` order. A question no candidate answers
-        gets ``overall``: where a single strong worker would send it."""
+        first; among equals the cheaper (dollars, then calls), then the one that is best on more questions, then the
+        fewer tokens; then the rest in ``overall`` order. A question no candidate answers gets ``overall``: where a
+        single strong worker would send it.
+
+        Wins before tokens: on a kind of question where every candidate is near chance, the candidates right on a
+        question differ by luck, and the fewer tokens of a shorter instruction would teach each question a different
+        one; the candidate right most often is one workflow for them all (issue 25's navigate)."""
         row = self.outcomes[index]
         rank = {c.name: i for i, c in enumerate(self._overall)}
         if not any(o.score > 0 for o in row.values()):
             return self.overall()
         return sorted(
             self.candidates,
-            key=lambda c: (c.name not in row, -row[c.name].score if c.name in row else 0, _price(row, c), rank[c.name]),
+            key=lambda c: (
+                c.name not in row,
+                -row[c.name].score if c.name in row else 0,
+                *_price(row, c)[:2],
+                -self._wins[c.name],
+                _price(row, c)[2],
+                rank[c.name],
+            ),
         )
+
+    @functools.cached_property
+    def _wins(self) -> Counter[str]:
+        """How many questions each candidate scored best on (of those some candidate answered)."""
+        wins: Counter[str] = Counter()
+        for row in self.outcomes:
+            best = max((o.score for o in row.values()), default=0)
+            wins.update(name for name, o in row.items() if best > 0 and o.score == best)
+        return wins
 
     def winner(self, index: int) -> Candidate | None:
         """Question ``index``'s best candidate (the cheapest of the best), or ``None`` when none answered it."""
