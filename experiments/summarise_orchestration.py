@@ -64,6 +64,17 @@ def score(units: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
     }
 
 
+def scored(systems: dict[str, list[dict[str, Any]]], families: Sequence[str]) -> dict[str, Any]:
+    """Each system's score over all its questions (``test``) and per family (``per_family``)."""
+    return {
+        "test": {name: score(units, name) for name, units in systems.items()},
+        "per_family": {
+            f: {name: score([r for r in units if r["dataset"] == f], name) for name, units in systems.items()}
+            for f in families
+        },
+    }
+
+
 def of(units: Sequence[dict[str, Any]], method: str, dataset: str | None = None) -> list[dict[str, Any]]:
     return [r for r in units if r["method"] == method and dataset in (None, r["dataset"])]
 
@@ -98,12 +109,8 @@ def main() -> None:
     shapes = {f: [r["workflow"] for r in of(test, TRAINED, f)] for f in families}
     best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
     summary = {
-        "test": {name: score(units, name) for name, units in systems.items()},
+        **scored(systems, families),
         "chosen": {"best single worker": best_single, "best fixed pipeline": pipelines},
-        "per_family": {
-            f: {name: score([r for r in units if r["dataset"] == f], name) for name, units in systems.items()}
-            for f in families
-        },
         "multi_step_share": {
             f: round(sum(bool(w) and len(w["workers"]) > 1 for w in ws) / len(ws), 4) for f, ws in shapes.items()
         },

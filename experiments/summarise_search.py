@@ -32,6 +32,7 @@ from summarise_orchestration import (
     of,
     records,
     score,
+    scored,
 )
 
 from conductor.bench.datasets import example_id
@@ -97,12 +98,8 @@ def main() -> None:
     best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
     summary = {
-        "test": {name: score(units, name) for name, units in systems.items()},
+        **scored(systems, families),
         "chosen": {"best single worker": best_single, "best fixed pipeline": pipelines},
-        "per_family": {
-            f: {name: score([r for r in units if r["dataset"] == f], name) for name, units in systems.items()}
-            for f in families
-        },
         "multi_step_share": {
             f: round(sum(n for s, n in counts.items() if "->" in s) / counts.total(), 4) for f, counts in shapes.items()
         },

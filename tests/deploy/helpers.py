@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import dspy
@@ -69,3 +73,22 @@ def compiled_program(lm: dspy.BaseLM | None = None, **pool_overrides: Any) -> Co
     solve = program.roles["solve"]
     solve.signature = solve.signature.with_instructions("Solve it exactly; end with 'Answer: <n>'.")
     return program
+
+
+@contextlib.contextmanager
+def running(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free localhost port; yields its ``/v1`` base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,16 +1,13 @@
 """The official ``openai`` SDK and LiteLLM's client against a served program (uvicorn on a free localhost port)."""
 
-import threading
-import time
-
 import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("openai")
 import openai
-import uvicorn
 
 from conductor.deploy import KeySpec, KeyStore, create_app, hash_key, new_key
+from tests.deploy.helpers import running
 from tests.deploy.test_server import make_program
 
 KEY = new_key()
@@ -26,17 +23,8 @@ def base_url():
             KeySpec(id="solver-only", hash=hash_key(SOLVER_ONLY_KEY), workers=("solver",)),
         ]
     )
-    app = create_app(make_program(), model="team", keys=keys)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
-    server.should_exit = True
-    thread.join(10)
+    with running(create_app(make_program(), model="team", keys=keys)) as url:
+        yield url
 
 
 def client(base_url: str, key: str = KEY) -> "openai.OpenAI":

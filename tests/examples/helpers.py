@@ -8,13 +8,12 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from conductor import Conductor, WorkerPool
 from conductor.testing import OpenAIStub, ScriptedWorker, openai_stub, scripted_lm
+from tests.deploy.helpers import running
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -47,23 +46,10 @@ def fixed_program(answer: str) -> Conductor:
 def served(program: Conductor, model: str) -> Iterator[str]:
     """``program`` served as ``model`` by ``conductor.deploy.create_app`` on a free localhost port; yields the
     ``/v1`` base URL."""
-    import uvicorn
-
     from conductor.deploy import create_app
 
-    app = create_app(program, model=model)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with running(create_app(program, model=model)) as url:
+        yield url
 
 
 @contextlib.contextmanager
