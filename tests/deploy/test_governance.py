@@ -1,5 +1,4 @@
 import dataclasses
-import logging
 import sqlite3
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -106,17 +105,15 @@ def test_requests_need_a_known_key(serve):
     assert client.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
 
 
-def test_a_server_without_keys_stays_open_and_says_so(caplog):
-    # caplog's handler sits on the root logger; in the whole suite's worker process something earlier stops records
-    # from reaching it (not found yet), so the handler goes on the app's own logger
-    logger = logging.getLogger("conductor.deploy.server._app")
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.WARNING, logger=logger.name):
-            client = TestClient(create_app(team()))
-    finally:
-        logger.removeHandler(caplog.handler)
-    assert "no API keys are configured" in caplog.text
+def test_a_server_without_keys_stays_open_and_says_so(monkeypatch):
+    # the call to the logger is recorded, not what logging delivers: in the whole suite's worker process a record of
+    # this logger reached neither caplog's root handler nor one on the logger itself (the cause was not found)
+    from conductor.deploy.server import _app
+
+    warnings: list[str] = []
+    monkeypatch.setattr(_app.logger, "warning", lambda message, *args: warnings.append(message % args))
+    client = TestClient(create_app(team()))
+    assert any("no API keys are configured" in w for w in warnings)
     assert ask(client, None).status_code == 200
 
 
