@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +25,14 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def offline_in_a_fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Reading a local file reaches no network (no hub), and caches under this test's own folder."""
+    monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "cache"))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("reading a local file must not reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)

@@ -5,7 +5,6 @@ nearest key to a misspelled one)."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,8 @@ POOL = {"workers": [{"name": "calc", "kind": "tool", "tool": "calculator"}]}
 
 
 @pytest.fixture(autouse=True)
-def _offline_in_a_fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Reading a local file reaches no network (no hub), and caches under this test's own folder."""
-    monkeypatch.setenv("CONDUCTOR_CACHE", str(tmp_path / "cache"))
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("reading a local file must not reach the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+def _offline(offline_in_a_fresh_cache: None) -> None:
+    """Every test here reads local files only."""
 
 
 def write(path: Path, config: dict[str, Any]) -> Path:
