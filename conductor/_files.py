@@ -15,12 +15,11 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import Annotated, BinaryIO
+
+import pydantic
 
 from conductor.errors import ConductorError, ConfigError
-
-if TYPE_CHECKING:
-    import pydantic
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +98,10 @@ def config_relative(path: str | Path, info: pydantic.ValidationInfo) -> Path:
     ``base_dir``), else against the working folder: a config means the same files from wherever it is run."""
     base = Path((info.context or {}).get("base_dir", "."))
     return (base / Path(path).expanduser()).resolve()
+
+
+ConfigPath = Annotated[Path, pydantic.AfterValidator(config_relative)]
+"""A config field that names a file or folder: made absolute against the config file's folder."""
 
 
 def config_folder_or_name(name: str, info: pydantic.ValidationInfo) -> str:

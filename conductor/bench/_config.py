@@ -35,7 +35,7 @@ import dspy
 import pydantic
 import yaml
 
-from conductor._files import config_folder_or_name, config_relative
+from conductor._files import ConfigPath, config_folder_or_name, config_relative
 from conductor._imports import import_object
 from conductor.bench.datasets import (
     BUILTIN_METRICS,
@@ -418,7 +418,7 @@ class BenchConfig(_Spec):
     methods: list[MethodSpec] = pydantic.Field(min_length=1)
     seeds: list[int] = pydantic.Field([0], min_length=1)
     threads: int = pydantic.Field(1, ge=1)
-    output: Path
+    output: ConfigPath
     ray: str | None = pydantic.Field(
         None,
         min_length=1,
@@ -436,11 +436,6 @@ class BenchConfig(_Spec):
         if not path.is_file():
             raise ValueError(f"the pool file {path} does not exist (use a path, 'default' or {{simulated: {{}}}})")
         return str(path)
-
-    @pydantic.field_validator("output")
-    @classmethod
-    def _output_dir(cls, output: Path, info: pydantic.ValidationInfo) -> Path:
-        return config_relative(output, info)
 
     @pydantic.model_validator(mode="after")
     def _names(self) -> BenchConfig:

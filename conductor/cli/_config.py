@@ -25,7 +25,7 @@ import dspy
 import pydantic
 import yaml
 
-from conductor._files import config_folder_or_name, config_relative
+from conductor._files import ConfigPath, config_folder_or_name, config_relative
 from conductor._imports import import_object as imported
 from conductor.bench.datasets import BUILTIN_METRICS, DataFile, MetricName, Splits, split
 from conductor.deploy import conductor_lm, conductor_policy, is_trainable
@@ -169,7 +169,7 @@ class RunConfig(pydantic.BaseModel):
     expert_iteration: ExpertIterationConfig | None = None
     grpo: GRPOConfig | None = None
     compile: CompileSection | None = None
-    output_dir: Path
+    output_dir: ConfigPath
     ray: str | None = pydantic.Field(
         None, min_length=1, description="score (eval, compile) on the Ray cluster at this address; None: here"
     )
@@ -182,11 +182,6 @@ class RunConfig(pydantic.BaseModel):
             # top level, not again under grpo.
             data = {**data, "grpo": {**data["grpo"], "output_dir": "."}}
         return data
-
-    @pydantic.field_validator("output_dir")
-    @classmethod
-    def _output_dir(cls, output_dir: Path, info: pydantic.ValidationInfo) -> Path:
-        return config_relative(output_dir, info)
 
     @pydantic.model_validator(mode="after")
     def _grpo_writes_to_output_dir(self) -> RunConfig:

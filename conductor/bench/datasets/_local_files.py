@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import dspy
 import pydantic
 
-from conductor._files import config_relative
+from conductor._files import ConfigPath
 from conductor.bench.datasets._cache import cache_dir
 from conductor.bench.datasets._example import make_example
 from conductor.errors import ConfigError, MissingDependency, did_you_mean
@@ -66,18 +66,13 @@ class DataFile(pydantic.BaseModel):
     config file)."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
-    path: Path
+    path: ConfigPath
     format: Format | None = pydantic.Field(None, description="default: from the file's suffix")
     inputs: list[str] = pydantic.Field(["question"], min_length=1, description="the fields that make the question")
     answer: str = pydantic.Field("answer", min_length=1, description="the field holding the answer")
     options: str | list[str] | None = pydantic.Field(
         None, description="for multiple choice: a field holding the options, or one field per option"
     )
-
-    @pydantic.field_validator("path")
-    @classmethod
-    def _relative_to_config(cls, path: Path, info: pydantic.ValidationInfo) -> Path:
-        return config_relative(path, info)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> DataFile:
