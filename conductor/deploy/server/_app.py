@@ -19,7 +19,7 @@ from conductor.deploy.server._replies import Replies
 from conductor.deploy.server._request import unknown_model
 from conductor.deploy.server._runner import Runner
 from conductor.deploy.server._schema import RequestError
-from conductor.deploy.server._spend import open_stores
+from conductor.deploy.server._spend import Stores, open_stores
 from conductor.errors import MissingDependency
 from conductor.modules import Budget, Conductor
 
@@ -85,6 +85,21 @@ def create_app(
     callers = Callers(program, ceiling, stores.keys, stores.audit)
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="conductor-run")
     replies = Replies(fastapi.Response)
+    app = _bare_app(fastapi, model, threads, stores, replies)
+    chat = ChatRoute(
+        program, model, callers, runner, threads, replies, max_request_bytes, request_timeout_s, body_timeout_s
+    )
+    _add_routes(app, fastapi, chat)
+    if docs:
+        _add_docs(app, fastapi, callers, replies)
+    return app
+
+
+def _bare_app(
+    fastapi: ModuleType, model: str, threads: concurrent.futures.Executor, stores: Stores, replies: Replies
+) -> "FastAPI":
+    """The app before its routes: request ids, OpenAI-shaped errors, no API docs, and a shutdown that stops the run
+    threads and closes the stores."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -97,12 +112,6 @@ def create_app(
     )
     app.add_middleware(RequestIds)
     _add_error_handlers(app, fastapi, replies)
-    chat = ChatRoute(
-        program, model, callers, runner, threads, replies, max_request_bytes, request_timeout_s, body_timeout_s
-    )
-    _add_routes(app, fastapi, chat)
-    if docs:
-        _add_docs(app, fastapi, callers, replies)
     return app
 
 
