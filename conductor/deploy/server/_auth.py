@@ -3,17 +3,14 @@ has keys), the most a run of theirs may spend, the executor over the workers the
 workflow that would call any other worker."""
 
 import dataclasses
-import logging
 from typing import Any
 
 from conductor.deploy._audit import AuditLog
 from conductor.deploy._governance import KeySpec, KeyStore
 from conductor.deploy._stored_keys import StoredKeys
 from conductor.deploy.server._budget import tighter
-from conductor.deploy.server._schema import RequestError
+from conductor.deploy.server._schema import RequestError, storage
 from conductor.modules import Budget, Conductor, Executor, RunError, WorkerPool, Workflow
-
-logger = logging.getLogger(__name__)
 
 _AUTH = "authentication_error"
 
@@ -48,13 +45,8 @@ class Callers:
             raise RequestError(
                 401, "an API key is needed: send `Authorization: Bearer <key>`", "missing_api_key", _AUTH
             )
-        try:
+        with storage("check API keys"):  # stored keys are a database query, which may fail
             key = self.keys.authenticate(token)
-        except Exception as exc:  # stored keys whose database is gone: a 503 the client may retry, not a 500
-            logger.error("can't check an API key: %s: %s", type(exc).__name__, exc)
-            raise RequestError(
-                503, "the server can't check API keys now; try again later", "storage_unavailable", "server_error"
-            ) from exc
         if key is None:
             raise RequestError(401, "the API key is not valid", "invalid_api_key", _AUTH)
         if self.audit is not None:

@@ -8,11 +8,8 @@ line: the server's problem, which a client may retry, never a 500. What holds th
 settled stays held at the run's worst case, so a day never counts less than was spent; the audit row is one INSERT
 in one transaction, so it is written whole or not at all."""
 
-import contextlib
 import dataclasses
-import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import dspy
@@ -20,11 +17,9 @@ import dspy
 from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._governance import SpendLedger
 from conductor.deploy.server._auth import Caller, check_workers
-from conductor.deploy.server._schema import RequestError
+from conductor.deploy.server._schema import storage
 from conductor.deploy.server._spend import record, reserve
 from conductor.modules import Budget, Conductor, RunError, Workflow
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +45,14 @@ class Runner:
         the server keeps one; a 503 when it can't be written."""
         if self.audit is not None:
             entry.latency_s = time.perf_counter() - started
-            with _store(f"the audit log (request {entry.request_id})"):
+            with storage(f"write the audit log (request {entry.request_id})"):
                 self.audit.write(entry)
 
     def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
         """``Conductor.forward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
         the fallback) checked against the key's workers before any runs, the reservation settled to the real spend."""
         program = self.program
-        with _store("the spend ledger"):
+        with storage("write the spend ledger"):
             reservation = reserve(self.ledger, caller.key, budget)
         prediction = None
         try:
@@ -72,7 +67,7 @@ class Runner:
         finally:
             if reservation is not None:
                 spent = (prediction.cost, prediction.tokens) if prediction is not None else (0.0, 0)
-                with _store("the spend ledger"):
+                with storage("write the spend ledger"):
                     self.ledger.settle(reservation, *spent)
 
 
@@ -81,17 +76,3 @@ def _recorded(entry: AuditEntry, prediction: dspy.Prediction) -> dspy.Prediction
     record(entry, prediction)
     entry.outcome = prediction.error.kind if prediction.error is not None else "ok"
     return prediction
-
-
-@contextlib.contextmanager
-def _store(what: str) -> Iterator[None]:
-    """Writing to ``what``, whose failure becomes a 503 logged in one line (a refusal, such as a 429, passes)."""
-    try:
-        yield
-    except RequestError:
-        raise
-    except Exception as exc:
-        logger.error("can't write %s: %s: %s", what, type(exc).__name__, exc)
-        raise RequestError(
-            503, f"the server can't write {what} now; try again later", "storage_unavailable", "server_error"
-        ) from exc

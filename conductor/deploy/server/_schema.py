@@ -4,8 +4,11 @@
 Plain data, no web framework: the routes (``_chat.py``, ``_app.py``) turn these into HTTP responses.
 """
 
+import contextlib
 import dataclasses
 import json
+import logging
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import dspy
@@ -13,6 +16,8 @@ import pydantic
 from typing_extensions import TypedDict  # pydantic's own dependency; it needs this TypedDict before Python 3.12
 
 from conductor.modules import Budget, RunResult
+
+logger = logging.getLogger(__name__)
 
 MOST_TOKENS = 10**12
 MOST_COST = 10**6
@@ -172,3 +177,18 @@ def conductor_field(prediction: dspy.Prediction, result: RunResult, budget: Budg
 def _fields(record: Any) -> dict[str, Any]:
     """A dataclass's fields, one level deep (``dataclasses.asdict`` deep-copies every value, a cost per request)."""
     return {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+
+
+@contextlib.contextmanager
+def storage(doing: str) -> Iterator[None]:
+    """A store's work (``doing``: "write the spend ledger"), whose failure becomes a 503 the client may retry,
+    logged in one line (a refusal, such as a 429, passes)."""
+    try:
+        yield
+    except RequestError:
+        raise
+    except Exception as exc:
+        logger.error("can't %s: %s: %s", doing, type(exc).__name__, exc)
+        raise RequestError(
+            503, f"the server can't {doing} now; try again later", "storage_unavailable", "server_error"
+        ) from exc
