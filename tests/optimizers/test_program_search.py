@@ -29,6 +29,7 @@ from conductor.optimizers import (
 )
 from conductor.optimizers.finetune import TemplateStep
 from conductor.optimizers.search import Outcome, SearchCost, SearchResult
+from conductor.optimizers.search._neighbours import nearest
 from conductor.testing import ScriptedWorker
 from tests.optimizers import kinds
 from tests.optimizers.kinds import FAMILIES, right, workers
@@ -292,16 +293,37 @@ def test_questions_the_budget_left_unscored_are_their_own_group(tmp_path: Path) 
     assert kinds_found["not scored (the budget ran out)"] == sum(not row for row in result.outcomes)
 
 
-def test_a_question_s_equal_winners_are_told_apart_by_cost_then_by_how_often_each_wins() -> None:
-    # "short" and "plain" are both right on question 0 at no cost and one step; "short" spends fewer tokens there,
-    # but "plain" is right on every question, so all of them are taught one workflow (tokens decided it before)
-    short, plain, paid = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain", "paid"))
-    free = {"short": Outcome(1.0, 1, 10, 0.0), "plain": Outcome(1.0, 1, 30, 0.0)}
-    rows = [free, *({"short": Outcome(0.0, 1, 10, 0.0), "plain": Outcome(1.0, 1, 30, 0.0)} for _ in range(3))]
-    questions = [example("spell", i) for i in range(4)]
-    result = SearchResult([short, plain], questions, rows, SearchCost())
-    assert [result.winner(i).name for i in range(4)] == ["plain"] * 4
+def test_questions_are_grouped_by_their_wording() -> None:
+    texts = [kinds.example(f, i).question for i in range(4) for f in FAMILIES]  # interleaved, as a user's file
+    for i, near in enumerate(nearest(texts, 4)):
+        kind = family_of(dspy.Example(question=texts[i]))
+        alike = [j for j in near[1:] if family_of(dspy.Example(question=texts[j])) == kind]
+        assert near[0] == i and len(alike) >= 2, (texts[i], [texts[j] for j in near])  # "cat" is in two kinds
+    assert nearest(["a b", "c"], 5) == [(0, 1), (1, 0)]  # fewer texts than asked: all of them
+
+
+def test_a_kind_near_chance_is_taught_the_workflow_right_most_often_on_questions_like_it() -> None:
+    # navigate-like questions: "plain" right on 3 of 5, "short" (fewer tokens) on 2; add questions: only "short".
+    # Over all questions "short" wins more, so neither tokens nor the overall best may decide the navigate kind.
+    short, plain = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain"))
+
+    def row(short_right: bool, plain_right: bool) -> dict[str, Outcome]:
+        return {"short": Outcome(float(short_right), 1, 10, 0.0), "plain": Outcome(float(plain_right), 1, 30, 0.0)}
+
+    walk = [(True, True), (False, True), (False, True), (True, False), (False, False)]
+    questions = [
+        dspy.Example(question=f"Take {i} steps north, then turn around. Back?").with_inputs("question")
+        for i in range(5)
+    ]
+    questions += [example("add", i) for i in range(6)]
+    rows = [row(*w) for w in walk] + [row(True, False) for _ in range(6)]
+    result = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=5)
+    assert result.overall()[0] == short
+    assert result.winner(0) == plain  # both right: the one right more often on the questions like it
+    assert result.winner(3) == short  # only "short" right: a question's own answer comes first
+    assert result.winner(4) is None and result.preferences(4)[0] == plain  # none right: its kind's best
+    assert [result.winner(i) for i in range(5, 11)] == [short] * 6
+    assert SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1).preferences(4)[0] == short
     # dollars still come first: a cheaper candidate right on a question is its winner however rarely it wins
-    priced = [{**rows[0], "paid": Outcome(1.0, 1, 5, 0.5)}, *rows[1:]]
-    cheap = [{**row, "plain": Outcome(row["plain"].score, 1, 30, 1.0)} for row in priced]
-    assert SearchResult([short, plain, paid], questions, cheap, SearchCost()).winner(0).name == "short"
+    paid = [{**r, "plain": Outcome(r["plain"].score, 1, 30, 1.0)} for r in rows]
+    assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == short

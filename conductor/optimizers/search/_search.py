@@ -22,7 +22,6 @@ import logging
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from conductor.modules import Conductor, ReplayWorker, WorkerPool
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
+from conductor.optimizers.search._neighbours import nearest
 from conductor.optimizers.search._propose import proposed_subtasks
 from conductor.optimizers.search._space import DIRECT, Candidate, candidate_space
 
@@ -74,6 +74,9 @@ class ProgramSearchConfig(pydantic.BaseModel):
     seed: int = 0
     pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (warm-start examples) a question")
     min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
+    neighbours: int = pydantic.Field(
+        5, ge=1, description="questions whose scores pick what each is taught: itself and the most alike by words"
+    )
     training: WarmStartConfig = WarmStartConfig(steps=40)
 
     @pydantic.field_validator("templates", mode="before")
@@ -118,6 +121,8 @@ class SearchResult:
     rungs: list[dict[str, int]] = field(default_factory=list)
     exhausted: bool = False
     """Whether the worker-call budget stopped the search before every survivor answered every question."""
+    neighbours: int = 1
+    """How many questions (itself included, the rest the most alike by words) pick what a question is taught."""
 
     def mean(self, candidate: Candidate) -> tuple[float, int]:
         """The candidate's mean score over the questions it answered, and how many those were."""
@@ -138,41 +143,49 @@ class SearchResult:
         return tuple(sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c))))
 
     def preferences(self, index: int) -> list[Candidate]:
-        """The candidates for question ``index`` in the order the warm start prefers them: those it scored, best
-        first; among equals the cheaper (dollars, then calls), then the one that is best on more questions, then the
-        fewer tokens; then the rest in ``overall`` order. A question no candidate answers gets ``overall``: where a
-        single strong worker would send it.
+        """The candidates for question ``index`` in the order the warm start prefers them: those scored on it, best
+        first; among equals the cheaper (dollars, then calls), then the one right more often on the questions like it
+        (its neighbourhood: itself and its ``neighbours - 1`` nearest by words, ``nearest``, of those every candidate
+        scored here was scored on), then the better over all questions (``overall``'s order, tokens its last word);
+        then the rest in ``overall`` order. A question no candidate answers is taught what does best on average over
+        its neighbourhood, and one whose neighbourhood no candidate answers ``overall``: where a single strong worker
+        would send it.
 
-        Wins before tokens: on a kind of question where every candidate is near chance, the candidates right on a
-        question differ by luck, and the fewer tokens of a shorter instruction would teach each question a different
-        one; the candidate right most often is one workflow for them all (issue 25's navigate)."""
+        Why the neighbourhood: one sample per question makes its winners partly luck. On a kind of question where
+        every candidate is near chance, the candidates right on a question differ by luck; the one right most often
+        on questions like it teaches that kind one workflow, where fewer tokens taught each question a different
+        instruction (issue 25's navigate), and the best on average over every question sent the kind's unanswered
+        questions to another kind's workflow. A question's own right answer still comes first: the only workflow
+        right on a rare kind of question is taught there, whatever its neighbours prefer."""
         row = self.outcomes[index]
-        rank = {c.name: i for i, c in enumerate(self._overall)}
-        if not any(o.score > 0 for o in row.values()):
+        # the neighbours where every candidate scored on this question was scored too: means over the same questions
+        hood = [self.outcomes[j] for j in self._neighbourhoods[index] if row.keys() <= self.outcomes[j].keys()]
+        if not any(o.score > 0 for outcomes in hood for o in outcomes.values()):
             return self.overall()
+        rank = {c.name: i for i, c in enumerate(self._overall)}
+
+        def hood_mean(candidate: Candidate) -> float:
+            return sum(outcomes[candidate.name].score for outcomes in hood) / len(hood) if candidate.name in row else 0
+
+        answered = any(o.score > 0 for o in row.values())
         return sorted(
             self.candidates,
             key=lambda c: (
                 c.name not in row,
-                -row[c.name].score if c.name in row else 0,
+                -(row[c.name].score if answered else hood_mean(c)) if c.name in row else 0,
                 *_price(row, c)[:2],
-                -self._wins[c.name],
-                _price(row, c)[2],
+                -hood_mean(c),
                 rank[c.name],
             ),
         )
 
     @functools.cached_property
-    def _wins(self) -> Counter[str]:
-        """How many questions each candidate scored best on (of those some candidate answered)."""
-        wins: Counter[str] = Counter()
-        for row in self.outcomes:
-            best = max((o.score for o in row.values()), default=0)
-            wins.update(name for name, o in row.items() if best > 0 and o.score == best)
-        return wins
+    def _neighbourhoods(self) -> list[tuple[int, ...]]:
+        texts = [" ".join(str(value) for value in example.inputs().values()) for example in self.examples]
+        return nearest(texts, self.neighbours)
 
     def winner(self, index: int) -> Candidate | None:
-        """Question ``index``'s best candidate (the cheapest of the best), or ``None`` when none answered it."""
+        """What question ``index`` is taught (``preferences``' first), or ``None`` when no candidate answered it."""
         row = self.outcomes[index]
         if not any(o.score > 0 for o in row.values()):
             return None
@@ -227,7 +240,7 @@ def program_search(
     spent = _spent(store.cost, replay, started)
     store.save_cost(spent)
     outcomes = [store.outcomes(i) for i in range(len(examples))]
-    result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted)
+    result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted, config.neighbours)
     logger.info(
         "program search: %d candidates, %d worker calls, %d tokens, %.1f s%s",
         len(candidates),
