@@ -28,6 +28,8 @@ import pydantic
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from conductor.cli import build_parser
+
 MARKER = re.compile(r"^<!-- (cli-reference|config-schema)(?: (\S+))? -->$", re.M)
 HELP_COLUMNS = "80"
 """The width ``--help`` is wrapped to on the page (argparse reads ``$COLUMNS``), the same on every machine."""
@@ -44,7 +46,7 @@ def cli_reference(_: str | None = None) -> str:
     """A heading and the ``--help`` text of ``conductor`` and of each subcommand, nested ones (``keys add``) too."""
     sections = []
     with mock.patch.dict(os.environ, {"COLUMNS": HELP_COLUMNS}):
-        for path, parser in command_parsers(conductor_parser(), ("conductor",)):
+        for path, parser in command_parsers(build_parser(), ("conductor",)):
             sections.append(f"{'#' * (len(path) + 1)} `{' '.join(path)}`\n\n```text\n{parser.format_help()}```")
     return "\n\n".join(sections)
 
@@ -58,25 +60,6 @@ def command_parsers(
         if isinstance(action, argparse._SubParsersAction):
             for name, subparser in action.choices.items():
                 yield from command_parsers(subparser, (*path, name))
-
-
-class _ParserBuilt(Exception):
-    """Carries the parser out of ``conductor.cli.main``, which builds it and then parses at once."""
-
-
-def conductor_parser() -> argparse.ArgumentParser:
-    """The parser the ``conductor`` command runs with, taken from ``main`` just before it would parse anything."""
-    from conductor.cli import main
-
-    def stop(parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> typing.NoReturn:
-        raise _ParserBuilt(parser)
-
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", stop):
-        try:
-            main([])
-        except _ParserBuilt as built:
-            return built.args[0]
-    raise RuntimeError("conductor.cli.main returned without parsing its arguments: the CLI reference can't be made")
 
 
 # ---- config files --------------------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ THIRD_PARTY_LOGGERS = ("dspy", "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "ht
 """Libraries whose warnings are noise in normal output (truncation notes, banners); ``--verbose`` shows them."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``conductor`` command's parser, every subcommand registered (the docs' CLI reference is made from it)."""
     parser = argparse.ArgumentParser(prog="conductor", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"%(prog)s (dspy-conductor) {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library and its dependencies do")
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         command.register(commands)
     for subcommand in commands.choices.values():  # also after the subcommand, as the error messages suggest
         subcommand.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     if hasattr(args, "torch_threads"):  # run and serve; eval, compile and bench size their own parallelism
         use_torch_threads(args.torch_threads)
