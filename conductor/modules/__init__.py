@@ -7,7 +7,8 @@
 - ``run``: a run's value types (``Budget``, ``RunResult``, ...), the ``Executor`` and tracing;
 - ``programs``: ``PoolProgram``, the ``Conductor`` and its config; ``baselines``: the fixed-workflow methods.
 
-Rooms import only the rooms listed before them (baselines last); answer extraction (``_answer.py``) sits below all.
+Rooms import only the rooms listed before them (baselines last); answer extraction (``_answer.py``) and the daemon
+threads blocking calls run on (``_threads.py``) sit below all.
 """
 
 from conductor.modules._answer import (

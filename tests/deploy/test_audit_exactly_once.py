@@ -45,14 +45,14 @@ def program() -> Conductor:
 
     pool = WorkerPool([ScriptedWorker("planner", lambda _: "1. look"), Solver("solver", SOLVER_COST)])
     served = Conductor(pool, scripted_lm(conductor), fallback="none")
-    run_reply = served.run_reply
+    run_reply = served.arun_reply
 
-    def run_reply_with_a_bug(question, *args, **kwargs):
+    async def run_reply_with_a_bug(question, *args, **kwargs):
         if "a bug" in question:
             raise ZeroDivisionError("division by zero")
-        return run_reply(question, *args, **kwargs)
+        return await run_reply(question, *args, **kwargs)
 
-    served.run_reply = run_reply_with_a_bug
+    served.arun_reply = run_reply_with_a_bug
     return served
 
 

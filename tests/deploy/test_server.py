@@ -209,7 +209,11 @@ def test_a_failing_conductor_lm_gets_a_502_and_a_bug_a_500(serve):
     assert "the conductor is down" in error["message"] and error["type"] == "server_error"
 
     program = make_program()
-    program.run_reply = lambda *args, **kwargs: 1 / 0  # a bug in the library
+
+    async def a_bug(*args, **kwargs):
+        return 1 / 0  # a bug in the library
+
+    program.arun_reply = a_bug
     error = error_of(ask(serve(program)), 500)
     assert error["code"] == "internal_error" and "ZeroDivisionError" in error["message"]
 

@@ -1,5 +1,7 @@
 """API workers' calls overlap, within each worker's concurrency and rate limits; DSPy's cache answers repeats free."""
 
+import asyncio
+import contextlib
 import time
 import uuid
 
@@ -8,6 +10,7 @@ import pytest
 
 from conductor import ConfigError
 from conductor.modules import Executor, LMWorker, Price, WorkerPool, Workflow
+from conductor.modules.workers import CallLimits
 from conductor.signatures import BUILTIN_ROLES, role_name
 from conductor.testing import openai_stub
 
@@ -59,6 +62,51 @@ def test_requests_per_minute_spaces_the_call_starts():
     # loaded machine delayed one call by a whole spacing (two arrivals 4 ms apart): so the four are asked to span at
     # least half their three spacings (unlimited, they arrive within milliseconds of each other)
     assert len(stub.starts) == 4 and stub.starts[-1] - stub.starts[0] >= 0.3
+
+
+def test_a_turn_at_the_limit_is_waited_for_without_blocking_the_event_loop():
+    limits, entered = CallLimits(max_concurrency=1), []
+
+    async def call(name: str, hold_s: float) -> None:
+        async with limits.turn():
+            entered.append(name)
+            await asyncio.sleep(hold_s)
+
+    async def main() -> int:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.gather(call("first", 0.3), call("second", 0.0))
+        ticker.cancel()
+        return ticks
+
+    assert asyncio.run(main()) >= 15 and entered == ["first", "second"]  # the loop ran on while "second" waited
+
+
+def test_a_cancelled_wait_for_a_turn_gives_back_the_slot_it_gets_later():
+    limits = CallLimits(max_concurrency=1)
+
+    async def take_a_turn() -> None:
+        async with limits.turn():
+            pass
+
+    async def main() -> None:
+        async with limits.turn():
+            waiting = asyncio.create_task(take_a_turn())
+            await asyncio.sleep(0.05)  # it waits for the slot on a daemon thread
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+        async with asyncio.timeout(2):  # the thread got the slot as it was freed, and gave it back
+            await take_a_turn()
+
+    asyncio.run(main())
 
 
 def test_dspy_s_cache_answers_a_repeated_call_at_no_cost(monkeypatch):

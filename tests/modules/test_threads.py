@@ -1,11 +1,12 @@
-"""The executor's reusable daemon threads (``conductor.modules.run._threads``)."""
+"""The reusable daemon threads, and sync code running a coroutine (``conductor.modules._threads``)."""
 
+import asyncio
 import contextvars
 import threading
 
 import pytest
 
-from conductor.modules.run import _threads
+from conductor.modules import _threads
 
 
 def call_threads() -> list[threading.Thread]:
@@ -53,3 +54,24 @@ def test_an_idle_thread_ends(monkeypatch):
     assert len(call_threads()) >= calls
     threading.Event().wait(0.5)  # every one of them waits for its next call under the short idle limit
     assert len(call_threads()) <= busy
+
+
+def test_run_sync_keeps_one_loop_per_thread_and_runs_in_a_copy_of_the_caller_s_context():
+    seen = contextvars.ContextVar("seen", default="unset")
+    seen.set("the caller's")
+
+    async def look() -> tuple[asyncio.AbstractEventLoop, str]:
+        value = seen.get()
+        seen.set("the coroutine's")
+        return asyncio.get_running_loop(), value
+
+    (first_loop, first), (second_loop, second) = _threads.run_sync(look()), _threads.run_sync(look())
+    assert first_loop is second_loop and first == second == "the caller's" and seen.get() == "the caller's"
+
+
+def test_run_sync_raises_the_coroutine_s_error():
+    async def fail():
+        raise KeyError("no such step")
+
+    with pytest.raises(KeyError, match="no such step"):
+        _threads.run_sync(fail())

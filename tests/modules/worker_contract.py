@@ -6,6 +6,7 @@ closes it) and ``prompt_messages``, chat messages that worker can answer.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 
 from conductor.modules.workers import Completion, Messages, Worker
@@ -26,6 +27,15 @@ class WorkerContract:
 
     def test_output_tokens_stay_within_max_tokens(self, worker: Worker, prompt_messages: Messages) -> None:
         completion = worker.complete(prompt_messages, max_tokens=5, temperature=worker.temperature)
+        _assert_completion(completion)
+        assert completion.output_tokens <= 5
+
+    def test_the_awaited_step_keeps_the_contract(self, worker: Worker, prompt_messages: Messages) -> None:
+        question = prompt_messages[-1]["content"]  # what the executor awaits: a step's inputs and its prompt
+        step = worker.acomplete_step(
+            {"question": question, "context": "", "subtask": question}, prompt_messages, max_tokens=5, temperature=0.0
+        )
+        completion = asyncio.run(step)
         _assert_completion(completion)
         assert completion.output_tokens <= 5
 

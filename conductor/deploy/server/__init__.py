@@ -3,11 +3,11 @@
 SDK and ``litellm`` work unchanged.
 
 A thin layer over the library: the question (the last user message) goes to the ``Conductor``, which writes a
-workflow (``Conductor.ask``); the workflow is checked against the caller's key and run by the program's executor;
+workflow (``Conductor.aask``); the workflow is checked against the caller's key and run by the program's executor;
 the prediction comes back as a ``chat.completion`` whose extra ``conductor`` field holds the workflow, the per-step
 trace, tokens, cost (split by step and by worker) and the run's error, if any. ``usage`` counts every step and the
-conductor LM's own call. The library's runs are synchronous, so each goes to a bounded thread pool; the event loop
-only parses, checks and answers.
+conductor LM's own call. Runs are awaited on the event loop, at most ``concurrency`` at once: API models' calls hold
+no thread, and blocking ones (local models, tools) run on daemon threads.
 
 The OpenAI request, as read here:
 
@@ -43,7 +43,7 @@ Needs FastAPI (``pip install 'dspy-conductor[serve]'``), imported only when an a
 
 The parts, one file each: ``_schema`` (the OpenAI request, error and completion objects), ``_request`` (reading and
 checking a request), ``_budget`` (a run's budget from the request), ``_auth`` (callers, keys, allowed workers),
-``_spend`` (the audit log, the daily spend reservation, a run's record), ``_runner`` (one run on a server thread),
+``_spend`` (the audit log, the daily spend reservation, a run's record), ``_runner`` (one run under the caller's rules),
 ``_chat`` (the chat route, streaming included), ``_replies`` (HTTP responses), ``_ids`` (request ids), ``_app`` (the
 app factory that wires them) and ``_socket`` (the listening socket server processes share).
 """

@@ -1,8 +1,8 @@
-"""The app factory: ``create_app`` wires the server's parts (callers, runner, stores, a bounded thread pool) into a
-FastAPI app with its routes, its OpenAI-shaped error handlers and request ids. The HTTP behaviour is
-``conductor.deploy.server``'s docstring."""
+"""The app factory: ``create_app`` wires the server's parts (callers, runner, stores, the run slots) into a FastAPI app
+with its routes, its OpenAI-shaped error handlers and request ids. The HTTP behaviour is ``conductor.deploy.server``'s
+docstring."""
 
-import concurrent.futures
+import asyncio
 import contextlib
 import importlib
 import logging
@@ -20,7 +20,7 @@ from conductor.deploy.server._request import unknown_model
 from conductor.deploy.server._runner import Runner
 from conductor.deploy.server._schema import RequestError
 from conductor.deploy.server._spend import Stores, open_stores
-from conductor.errors import MissingDependency
+from conductor.errors import ConfigError, MissingDependency
 from conductor.modules import Budget, Conductor
 
 if TYPE_CHECKING:
@@ -62,12 +62,13 @@ def create_app(
 
     Args:
         max_request_bytes: larger request bodies get a 413.
-        request_timeout_s: a request not answered in time (waiting for a thread included) gets a 504; its run can't
-            be stopped and finishes in the background.
+        request_timeout_s: a request not answered in time (waiting for a run slot included) gets a 504; a run that
+            started then finishes in the background, so that its audit row holds what it spent.
         body_timeout_s: a request body not all received in time gets a 408 (a slow client holds no connection long).
         budget: the most a request's run may use (default: the program's own budget); a key's budget lowers it, and a
             request may lower it further (``max_tokens``, ``conductor_budget``) but never raise it.
-        concurrency: how many runs at once; more requests wait for a thread.
+        concurrency: how many runs at once (awaited on the event loop, so API workers hold no thread); more requests
+            wait for a slot. It also caps the connections open to a PostgreSQL ``audit_db``.
         keys: the API keys allowed in; ``None`` leaves the server open to anyone who can reach it (logged).
         audit_db: the database of the audit log, the keys' daily spend (needed when a key has a daily limit) and keys
             stored there: a SQLite file path, or a ``postgresql://`` URL that replicas on several machines share.
@@ -77,17 +78,19 @@ def create_app(
         docs: serve ``/docs``, ``/redoc`` and ``/openapi.json``, behind the same keys as the API (off by default).
     """
     fastapi = import_serving("fastapi")
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1 (runs at once), not {concurrency}")
     ceiling = budget or program.executor.budget
     stores = open_stores(program, keys, audit_db, audit_questions, sensitive_fields, concurrency)
     if stores.keys is None:
         logger.warning("no API keys are configured: anyone who can reach this server may use it")
     runner = Runner(program, stores.ledger, stores.audit)
     callers = Callers(program, ceiling, stores.keys, stores.audit)
-    threads = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="conductor-run")
     replies = Replies(fastapi.Response)
-    app = _bare_app(fastapi, model, threads, stores, replies)
+    app = _bare_app(fastapi, model, stores, replies)
+    run_slots = asyncio.Semaphore(concurrency)
     chat = ChatRoute(
-        program, model, callers, runner, threads, replies, max_request_bytes, request_timeout_s, body_timeout_s
+        program, model, callers, runner, run_slots, replies, max_request_bytes, request_timeout_s, body_timeout_s
     )
     _add_routes(app, fastapi, chat)
     if docs:
@@ -95,16 +98,13 @@ def create_app(
     return app
 
 
-def _bare_app(
-    fastapi: ModuleType, model: str, threads: concurrent.futures.Executor, stores: Stores, replies: Replies
-) -> "FastAPI":
-    """The app before its routes: request ids, OpenAI-shaped errors, no API docs, and a shutdown that stops the run
-    threads and closes the stores."""
+def _bare_app(fastapi: ModuleType, model: str, stores: Stores, replies: Replies) -> "FastAPI":
+    """The app before its routes: request ids, OpenAI-shaped errors, no API docs, and a shutdown that closes the
+    stores."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
-        threads.shutdown(wait=False, cancel_futures=True)
         stores.close()
 
     app = fastapi.FastAPI(

@@ -1,16 +1,18 @@
-"""``POST /v1/chat/completions``: read and check the request, run it on a server thread under a timeout, and answer
-with a ``chat.completion`` or its stream; how each failure maps to an OpenAI error is ``conductor.deploy.server``'s
+"""``POST /v1/chat/completions``: read and check the request, run it under a timeout, and answer with a
+``chat.completion`` or its stream; how each failure maps to an OpenAI error is ``conductor.deploy.server``'s
 docstring.
+
+A run is awaited on the event loop (API models' calls hold no thread; blocking ones run on daemon threads), at most
+``concurrency`` of them at once: a request waits for a free run slot, and that wait counts in its timeout.
 
 Every request leaves exactly one audit row, whose outcome is what its client got (``timeout`` for a 408 or a 504,
 ``disconnected`` for a client gone mid-upload, ``error`` for a 5xx). The row is written when the answer is ready and
 before it is sent; a row that can't be written turns the answer into a 503, so no answer goes out unrecorded. The
 one exception is a run still going when its client got a 504: its row is written when the run ends, so that it holds
-what the run spent (a run still waiting for a thread is cancelled and its row written at once).
+what the run spent (a request still waiting for a run slot never runs, and its row is written at once).
 """
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -46,17 +48,20 @@ class _RunOutlivedItsClient(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class ChatRoute:
-    """The chat handler of a server over ``program``, served as ``model``."""
+    """The chat handler of a server over ``program``, served as ``model``; ``run_slots`` holds one slot per run in
+    flight."""
 
     program: Conductor
     model: str
     callers: Callers
     runner: Runner
-    threads: concurrent.futures.ThreadPoolExecutor
+    run_slots: asyncio.Semaphore
     replies: Replies
     max_request_bytes: int
     request_timeout_s: float
     body_timeout_s: float
+    outliving: set[asyncio.Task] = dataclasses.field(default_factory=set)
+    """Runs whose client got a 504, until they end (the event loop keeps only weak references to tasks)."""
 
     async def __call__(self, request: Any) -> Any:
         entry = AuditEntry(request.state.request_id, self.model, "error")
@@ -101,28 +106,47 @@ class ChatRoute:
     async def _run(
         self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry, started: float
     ) -> dspy.Prediction:
-        """The run's prediction, from a server thread; a ``RequestError`` for a timeout, a refusal, or a failure of
+        """The run's prediction, once a run slot is free; a ``RequestError`` for a timeout, a refusal, or a failure of
         the conductor LM."""
-        future = self.threads.submit(self.runner, caller, inputs, budget, entry)
-        waiting = asyncio.wrap_future(future)
-        done, _ = await asyncio.wait([waiting], timeout=self.request_timeout_s)
-        if done:
-            try:
-                return waiting.result()
-            except ConductorError as exc:  # the library's own report, e.g. an unreachable conductor LM
-                raise RequestError(502, str(exc), "upstream_error", "server_error") from None
-        waiting.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
         timeout = RequestError(504, f"no answer within {self.request_timeout_s:g} s", "timeout", "timeout_error")
-        if future.cancel():  # it never started: nothing to wait for
-            raise timeout
-        future.add_done_callback(lambda _: self._write_late(entry, started, timeout))
-        raise _RunOutlivedItsClient(timeout)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.run_slots.acquire()
+        except TimeoutError:
+            raise timeout from None  # it never started: nothing to wait for
+        run = asyncio.create_task(self._run_in_slot(caller, inputs, budget, entry))
+        done, _ = await asyncio.wait([run], timeout=deadline - loop.time())
+        if not done:
+            self.outliving.add(run)
+            run.add_done_callback(lambda _: self._write_late(run, entry, started, timeout))
+            raise _RunOutlivedItsClient(timeout)
+        try:
+            return run.result()
+        except ConductorError as exc:  # the library's own report, e.g. an unreachable conductor LM
+            raise RequestError(502, str(exc), "upstream_error", "server_error") from None
 
-    def _write_late(self, entry: AuditEntry, started: float, timeout: RequestError) -> None:
-        """The row of a run whose client got ``timeout``, written on the run's thread when it ends."""
+    async def _run_in_slot(
+        self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry
+    ) -> dspy.Prediction:
+        try:
+            return await self.runner(caller, inputs, budget, entry)
+        finally:
+            self.run_slots.release()
+
+    def _write_late(self, run: asyncio.Task, entry: AuditEntry, started: float, timeout: RequestError) -> None:
+        """Have the row of a run whose client got ``timeout`` written, off the event loop, now that the run ended."""
+        self.outliving.discard(run)
+        if not run.cancelled():
+            run.exception()  # seen here: whatever the run raised, its client had its 504 and its row says timeout
         entry.outcome, entry.error = "timeout", timeout.message
-        with contextlib.suppress(RequestError):  # logged by the runner, and the client has its answer
-            self.runner.write(entry, started)
+
+        def write() -> None:
+            with contextlib.suppress(RequestError):  # logged by the runner, and the client has its answer
+                self.runner.write(entry, started)
+
+        asyncio.get_running_loop().run_in_executor(None, write)
 
     def _answer(self, chat: ChatRequest, prediction: dspy.Prediction, budget: Budget, started: float) -> Any:
         """The run's answer as a ``chat.completion`` (or its stream), or the 400 for a run that had none to give."""

@@ -1,13 +1,15 @@
-"""One request's run, on a server thread: ``Conductor.ask`` and ``Conductor.run_reply`` under the caller's rules
-(the day's spend reserved first, the workflow checked against the key's workers before any runs, the reservation
-settled to the real spend), with what it did and spent copied into the request's audit entry; and the writing of that
-entry, which the chat route does once per request.
+"""One request's run, awaited on the server's event loop: ``Conductor.aask`` and ``Conductor.arun_reply`` under the
+caller's rules (the day's spend reserved first, the workflow checked against the key's workers before any runs, the
+reservation settled to the real spend), with what it did and spent copied into the request's audit entry; and the
+writing of that entry, which the chat route does once per request. The database's work is synchronous, so it runs off
+the event loop, on the loop's default thread pool.
 
 A store that can't be written (the database locked, full or gone) is a 503 (``storage_unavailable``), logged in one
 line: the server's problem, which a client may retry, never a 500. What holds then: a reservation that can't be
 settled stays held at the run's worst case, so a day never counts less than was spent; the audit row is one INSERT
 in one transaction, so it is written whole or not at all."""
 
+import asyncio
 import dataclasses
 import time
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import dspy
 
 from conductor.deploy._audit import AuditEntry, AuditLog
-from conductor.deploy._governance import SpendLedger
+from conductor.deploy._governance import KeySpec, Reservation, SpendLedger
 from conductor.deploy.server._auth import Caller, check_workers
 from conductor.deploy.server._schema import storage
 from conductor.deploy.server._spend import record, reserve
@@ -24,13 +26,15 @@ from conductor.modules import Budget, Conductor, RunError, Workflow
 
 @dataclasses.dataclass(frozen=True)
 class Runner:
-    """Runs requests for ``program`` under their caller's rules (on a server thread) and writes their audit rows."""
+    """Runs requests for ``program`` under their caller's rules and writes their audit rows."""
 
     program: Conductor
     ledger: SpendLedger | None
     audit: AuditLog | None
 
-    def __call__(self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry) -> dspy.Prediction:
+    async def __call__(
+        self, caller: Caller, inputs: dict[str, Any], budget: Budget, entry: AuditEntry
+    ) -> dspy.Prediction:
         """Run one request; ``entry`` gets the question, the workflow, the outcome and what the run spent (when it
         raises: what it knew by then)."""
         program = self.program
@@ -38,7 +42,7 @@ class Runner:
         if isinstance(question, RunError):
             return _recorded(entry, program.no_answer(question))
         entry.question = question
-        return self._run(caller, question, budget, entry)
+        return await self._run(caller, question, budget, entry)
 
     def write(self, entry: AuditEntry, started: float) -> None:
         """Append ``entry`` (its latency counted from ``started``, a ``time.perf_counter()``) to the audit log, if
@@ -48,12 +52,12 @@ class Runner:
             with storage(f"write the audit log (request {entry.request_id})"):
                 self.audit.write(entry)
 
-    def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
-        """``Conductor.forward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
+    async def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
+        """``Conductor.aforward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
         the fallback) checked against the key's workers before any runs, the reservation settled to the real spend."""
         program = self.program
-        with storage("write the spend ledger"):
-            reservation = reserve(self.ledger, caller.key, budget)
+        loop = asyncio.get_running_loop()
+        reservation = await loop.run_in_executor(None, self._reserve, caller.key, budget)
         prediction = None
         try:
 
@@ -61,14 +65,21 @@ class Runner:
                 entry.workflow = workflow.to_text()
                 check_workers(program.pool, caller.key, workflow, format_error)
 
-            reply = program.ask(question, budget=budget)
-            prediction = program.run_reply(question, reply, executor=caller.executor, budget=budget, check=check)
+            reply = await program.aask(question, budget=budget)
+            prediction = await program.arun_reply(question, reply, executor=caller.executor, budget=budget, check=check)
             return _recorded(entry, prediction)
         finally:
             if reservation is not None:
                 spent = (prediction.cost, prediction.tokens) if prediction is not None else (0.0, 0)
-                with storage("write the spend ledger"):
-                    self.ledger.settle(reservation, *spent)
+                await loop.run_in_executor(None, self._settle, reservation, *spent)
+
+    def _reserve(self, key: KeySpec | None, budget: Budget) -> Reservation | None:
+        with storage("write the spend ledger"):
+            return reserve(self.ledger, key, budget)
+
+    def _settle(self, reservation: Reservation, cost: float, tokens: int) -> None:
+        with storage("write the spend ledger"):
+            self.ledger.settle(reservation, cost, tokens)
 
 
 def _recorded(entry: AuditEntry, prediction: dspy.Prediction) -> dspy.Prediction:

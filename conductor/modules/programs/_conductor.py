@@ -4,14 +4,19 @@ Recursion (the paper's recursive rounds): with ``max_depth > 0`` the conductor i
 worker, after the pool's. Naming itself as the last step's worker runs the steps before it, then starts a round in
 which the conductor sees its workflow and the answer, and keeps the answer (empty lists) or writes a new workflow,
 which may name itself again while rounds are left.
+
+A run is a coroutine (``aforward``, under ``await program.acall(...)``): an API conductor LM's call and API workers'
+calls are awaited on the event loop, so a run over API models holds no thread, while an in-process conductor LM (it
+blocks) writes on a daemon thread. The sync entry points (``forward``, ``ask``, ``ask_revision``, ``run_reply``) run
+the same coroutines (``run_sync``), so the logic exists once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -24,6 +29,7 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 from dspy.utils.usage_tracker import UsageTracker, track_usage
 
 from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid_config
+from conductor.modules import _threads
 from conductor.modules.pool import WorkerPool
 from conductor.modules.programs._config import ConductorConfig, named_role
 from conductor.modules.programs._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
@@ -176,17 +182,15 @@ class Conductor(PoolProgram):
         return workflow.to_text(self.workflow_names)
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
+        return _threads.run_sync(self.aforward(**inputs))
+
+    async def aforward(self, **inputs: Any) -> dspy.Prediction:
+        """The run under ``await program.acall(...)``: API models are awaited on the event loop, blocking ones run on
+        daemon threads (see the module docstring), so the loop stays free."""
         question = self.question_text(inputs)
         if isinstance(question, RunError):
             return self.no_answer(question)
-        return self.run_reply(question, self.ask(question, budget=self.executor.budget))
-
-    async def aforward(self, **inputs: Any) -> dspy.Prediction:
-        """``forward`` on a worker thread (``await program.acall(...)``), so the event loop stays free. A run is
-        thread-based throughout: the executor runs independent steps side by side on threads and enforces each
-        worker's timeout on a thread of its own, and in-process models block; DSPy settings reach the thread, as
-        ``asyncio.to_thread`` copies the caller's context."""
-        return await asyncio.to_thread(self.forward, **inputs)
+        return await self.arun_reply(question, await self.aask(question, budget=self.executor.budget))
 
     # ---- what the conductor LM sees, and how its completion is read ---------------------------------------------
     def prompt_messages(self, question: str) -> list[dict[str, str]]:
@@ -236,17 +240,28 @@ class Conductor(PoolProgram):
 
     # ---- asking the conductor LM --------------------------------------------------------------------------------
     def ask(self, question: str, *, budget: Budget | None = None) -> ConductorReply:
+        """``aask`` from sync code."""
+        return _threads.run_sync(self.aask(question, budget=budget))
+
+    async def aask(self, question: str, *, budget: Budget | None = None) -> ConductorReply:
         """The first round: ``prompt_messages`` go to the conductor LM through the ``orchestrate`` predictor, and
         ``read_completion`` reads what it writes. Within ``budget``, the conductor's own call may write only what
         the run's token and cost limits leave (see ``_ask``)."""
-        return self._ask(self.orchestrate, 0, self._inputs(0, question=question), budget)
+        return await self._ask(self.orchestrate, 0, self._inputs(0, question=question), budget)
 
     def ask_revision(
         self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int, *, budget: Budget | None = None
     ) -> ConductorReply:
+        """``aask_revision`` from sync code."""
+        return _threads.run_sync(self.aask_revision(question, workflow, previous, depth, budget=budget))
+
+    async def aask_revision(
+        self, question: str, workflow: Workflow, previous: dspy.Prediction, depth: int, *, budget: Budget | None = None
+    ) -> ConductorReply:
         """Recursive round ``depth`` (1 the first), through the ``revise`` predictor: the conductor sees its
         ``workflow`` and the ``previous`` round's answer; an empty workflow keeps that answer."""
-        return self._ask(self.revise, depth, self._revision_inputs(question, workflow, previous, depth), budget)
+        inputs = self._revision_inputs(question, workflow, previous, depth)
+        return await self._ask(self.revise, depth, inputs, budget)
 
     def _inputs(self, depth: int, **fields: Any) -> dict[str, Any]:
         """The predictor's inputs in round ``depth``: ``fields`` and what every round shows (workers, roles, steps)."""
@@ -268,7 +283,7 @@ class Conductor(PoolProgram):
         """What ``predictor`` sends for ``inputs``: its signature and demos, formatted as ``_ask`` formats them."""
         return WorkflowAdapter(self.workflow_names).format(predictor.signature, predictor.demos, inputs)
 
-    def _ask(
+    async def _ask(
         self, predictor: dspy.Predict, depth: int, inputs: dict[str, Any], budget: Budget | None
     ) -> ConductorReply:
         """Call the conductor LM through ``predictor`` (so DSPy traces, callbacks, demos and instructions apply) and
@@ -276,7 +291,8 @@ class Conductor(PoolProgram):
         gives ``revise`` the grammar of the recursive rounds), else ``orchestrate``'s, and the sampling settings of
         ``orchestrate``. The call's tokens and cost are the reply's ``usage``: they count in the run's budget like
         any step's, so under ``budget`` the call may write no more than its limits leave, and one that can't fit (or
-        can't be priced under a cost limit) is not made."""
+        can't be priced under a cost limit) is not made. An API model's call is awaited; any other LM (an
+        in-process model, a custom ``BaseLM``) blocks, so it is called on a daemon thread."""
         lm = predictor.lm or self.orchestrate.lm or dspy.settings.lm
         config = dict(self.orchestrate.config)
         price = lm_price(lm) if lm is not None else None
@@ -296,7 +312,10 @@ class Conductor(PoolProgram):
         # On unreadable text the adapter raises, having kept the completion: read_completion reports the problems.
         with track_usage() as tracker, dspy.context(adapter=adapter), contextlib.suppress(AdapterParseError):
             try:
-                predictor(**inputs, lm=lm, config=config)
+                if isinstance(getattr(lm, "engine", None), str):  # "auto", "litellm", "lm15": a provider's API
+                    await predictor.acall(**inputs, lm=lm, config=config)
+                else:
+                    await _threads.on_thread(functools.partial(predictor, **inputs, lm=lm, config=config))
             except LMError as exc:  # no key, no connection, a provider's refusal: not the question's fault
                 model = getattr(lm, "model", lm)
                 raise ConductorError(f"the conductor LM {model!r} failed: {str(exc).splitlines()[0]}") from exc
@@ -328,9 +347,24 @@ class Conductor(PoolProgram):
         check: Check | None = None,
         ask_revision: AskRevision | None = None,
     ) -> dspy.Prediction:
+        """``arun_reply`` from sync code."""
+        return _threads.run_sync(
+            self.arun_reply(question, reply, executor=executor, budget=budget, check=check, ask_revision=ask_revision)
+        )
+
+    async def arun_reply(
+        self,
+        question: str,
+        reply: ConductorReply,
+        *,
+        executor: Executor | None = None,
+        budget: Budget | None = None,
+        check: Check | None = None,
+        ask_revision: AskRevision | None = None,
+    ) -> dspy.Prediction:
         """Run the first round's ``reply``: the conductor's workflow, or the fallback when it was unusable; then the
-        recursive rounds it asks for, each asked through ``ask_revision`` (default: ``self.ask_revision``), all
-        within ``budget``.
+        recursive rounds it asks for, each asked through ``ask_revision`` (default: ``self.aask_revision``; a given
+        one may block, so it is called on a daemon thread), all within ``budget``.
 
         ``check`` sees each workflow about to run (and the format error, if it is the fallback) before any worker is
         called, and may raise to refuse it; a server uses it to enforce per-key permissions.
@@ -342,7 +376,7 @@ class Conductor(PoolProgram):
         if to_run is None:
             first = self.no_answer(reply.error, reply.text, reply.usage)
         else:
-            result = self._execute(to_run, question, executor, budget, check, reply.error, reply.usage)
+            result = await self._execute(to_run, question, executor, budget, check, reply.error, reply.usage)
             if reply.error is not None:
                 result.error = reply.error  # the fallback answered, but the conductor's own workflow was unusable
             first = self.make_prediction(result, result.workflow, reply.text)
@@ -351,10 +385,12 @@ class Conductor(PoolProgram):
             left = budget.remaining([step for done in rounds for step in done.trace], conductor_usage=used)
             depth = len(rounds)
             if ask_revision is None:
-                reply = self.ask_revision(question, reply.workflow, rounds[-1], depth, budget=left)
+                reply = await self.aask_revision(question, reply.workflow, rounds[-1], depth, budget=left)
             else:
-                reply = ask_revision(question, reply.workflow, rounds[-1], depth)
-            rounds.append(self._revision(question, reply, rounds[-1], executor, left, check))
+                reply = await _threads.on_thread(
+                    functools.partial(ask_revision, question, reply.workflow, rounds[-1], depth)
+                )
+            rounds.append(await self._revision(question, reply, rounds[-1], executor, left, check))
             used += reply.usage
         last = rounds[-1]
         steps = [step for done in rounds for step in done.trace]
@@ -368,7 +404,7 @@ class Conductor(PoolProgram):
     def _calls_itself(self, workflow: Workflow | None) -> bool:
         return bool(self.max_depth and workflow and workflow.steps[-1].worker == self.own_id)
 
-    def _execute(
+    async def _execute(
         self,
         workflow: Workflow,
         question: str,
@@ -384,9 +420,9 @@ class Conductor(PoolProgram):
             workflow = Workflow(workflow.steps[:-1], workflow.reasoning)
         if check is not None:
             check(workflow, format_error)
-        return executor.run(workflow, question, budget, conductor_usage=conductor_usage)
+        return await executor.arun(workflow, question, budget, conductor_usage=conductor_usage)
 
-    def _revision(
+    async def _revision(
         self,
         question: str,
         reply: ConductorReply,
@@ -402,7 +438,7 @@ class Conductor(PoolProgram):
         elif not reply.workflow.steps:
             steps, error = [], previous.error
         else:
-            result = self._execute(reply.workflow, question, executor, budget, check, conductor_usage=reply.usage)
+            result = await self._execute(reply.workflow, question, executor, budget, check, conductor_usage=reply.usage)
             if result.answer is not None:
                 return self.make_prediction(result, result.workflow, reply.text)
             steps, error = result.steps, result.error

@@ -9,8 +9,12 @@ with the steps done so far and the reason.
 Steps start in workflow order, each once every step it sees has finished, at most ``max_parallel`` at a time; a step
 never overtakes an earlier one still waiting, so the steps started are always a prefix of the workflow. With workers
 whose answers depend only on their prompts, a run's result (steps in workflow order, answers, tokens, costs) is the
-one a sequential run gives; after a failure it also keeps the steps that were running beside the failed one. A step
-with nothing to run beside it runs on the caller's thread, so a chain of dependent steps costs no thread hand-offs.
+one a sequential run gives; after a failure it also keeps the steps that were running beside the failed one.
+
+A run is a coroutine (``Executor.arun``) and each step an asyncio task in a copy of the run's context (``dspy.context``
+settings, the current span). An API worker's call is awaited on the event loop, so a run over API workers holds no
+thread; a blocking worker's call (a local model, a tool) runs on a daemon thread (``Worker.acomplete_step``), which a
+call past its timeout keeps while the run goes on. ``Executor.run`` is the same run for sync code (``run_sync``).
 
 Budgets hold under parallelism: before a step starts it *reserves* its worst case (its prompt plus the largest
 ``max_tokens`` that still fits, and their cost), and gives back the unused part when it ends, so steps running
@@ -23,13 +27,13 @@ Limits count from what the conductor LM already spent on the run (``Executor.run
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import contextvars
+import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import dspy
@@ -37,8 +41,9 @@ import tenacity
 from dspy.utils.callback import with_callbacks
 
 from conductor.errors import BudgetExceeded, ConfigError, WorkerError, WorkerTimeout
+from conductor.modules import _threads
 from conductor.modules.pool import WorkerHealth, WorkerPool, route
-from conductor.modules.run import _threads, _tracing
+from conductor.modules.run import _tracing
 from conductor.modules.run._ledger import Hold, Ledger
 from conductor.modules.run._types import Budget, RunError, RunResult, StepTrace, Usage
 from conductor.modules.workers import Completion, Messages, Worker
@@ -68,7 +73,8 @@ class Executor:
     (possibly optimized) instructions and demos; the Conductor passes its own so optimizers' edits take effect.
 
     ``max_parallel`` steps at most run at once (1: one after another). ``health`` is the pool's failure record that
-    decides cooldowns; pass the same ``WorkerHealth`` to every executor over one pool.
+    decides cooldowns; pass the same ``WorkerHealth`` to every executor over one pool. ``sleep`` waits between a
+    worker's retries: a coroutine function (the default, ``asyncio.sleep``) or a plain function (a test's stand-in).
     """
 
     def __init__(
@@ -82,7 +88,7 @@ class Executor:
         health: WorkerHealth | None = None,
         backoff_s: float = 0.5,
         min_output_tokens: int = 16,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Awaitable[None] | None] = asyncio.sleep,
     ):
         self.pool = pool
         self.roles = dict(roles) if roles is not None else {role_name(r): dspy.Predict(r) for r in BUILTIN_ROLES}
@@ -107,6 +113,17 @@ class Executor:
         *,
         conductor_usage: Usage = Usage(),
     ) -> RunResult:
+        """``arun`` from sync code: in this thread's event loop, or on a daemon thread when one is running here."""
+        return _threads.run_sync(self.arun(workflow, question, budget, conductor_usage=conductor_usage))
+
+    async def arun(
+        self,
+        workflow: Workflow,
+        question: str,
+        budget: Budget | None = None,
+        *,
+        conductor_usage: Usage = Usage(),
+    ) -> RunResult:
         """Run ``workflow`` (already validated against this pool) on ``question``. ``conductor_usage`` is what the
         conductor LM spent on this run (writing ``workflow``): the budget counts from it, and the result includes it.
 
@@ -115,10 +132,10 @@ class Executor:
         budget = budget or self.budget
         tracer = _tracing.tracer
         if tracer is None:
-            return self._run(workflow, question, budget, conductor_usage)
-        return _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget, conductor_usage))
+            return await self._run(workflow, question, budget, conductor_usage)
+        return await _tracing.traced_run(tracer, lambda: self._run(workflow, question, budget, conductor_usage))
 
-    def _run(self, workflow: Workflow, question: str, budget: Budget, conductor_usage: Usage) -> RunResult:
+    async def _run(self, workflow: Workflow, question: str, budget: Budget, conductor_usage: Usage) -> RunResult:
         ledger = Ledger(budget, self.min_output_tokens, conductor_usage)
         try:
             for worker in self._reachable(workflow):
@@ -129,39 +146,31 @@ class Executor:
         started: dict[int, _Step] = {}
         answered: set[int] = set()
         problems: list[tuple[int, RunError]] = []  # (step, why the run stops): once there is one, no step starts
-        running: dict[Future[None], _Step] = {}
-        threads: ThreadPoolExecutor | None = None  # made only when two steps run at once
+        running: dict[asyncio.Task[None], _Step] = {}
         try:
             while True:
-                batch = []
                 for index in [] if problems else self._ready(workflow, waiting, answered, len(running)):
                     try:
-                        batch.append(self._prepare(workflow, index, question, started, ledger))
+                        step = self._prepare(workflow, index, question, started, ledger)
                     except BudgetExceeded as exc:
                         problems.append((index, RunError("budget", f"step {index} not run: {exc}")))
                         break
-                started.update((step.trace.index, step) for step in batch)
-                if not batch and not running:
+                    started[index] = step
+                    running[asyncio.create_task(self._run_step(step, ledger))] = step  # in a copy of the context
+                if not running:
                     break
-                if len(batch) == 1 and not running:  # nothing to run beside it: run it on this thread
-                    self._run_step(batch[0], ledger)
-                    finished = batch
-                else:
-                    threads = threads or ThreadPoolExecutor(self.max_parallel, thread_name_prefix="conductor-step")
-                    for step in batch:  # each thread gets a copy of the caller's context: dspy.context, spans
-                        running[threads.submit(contextvars.copy_context().run, self._run_step, step, ledger)] = step
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()  # re-raises what escaped a step: a bug, not a worker failure
-                    finished = [running.pop(future) for future in done]
-                for step in finished:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # re-raises what escaped a step: a bug, not a worker failure
+                    step = running.pop(task)
                     if step.failure is None:
                         answered.add(step.trace.index)
                     else:
                         problems.append((step.trace.index, step.failure))
-        finally:
-            if threads is not None:
-                threads.shutdown()
+        finally:  # a bug escaped a step, or the run was cancelled: no step outlives its run
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
         steps = [started[index] for index in sorted(started)]
         if dspy.settings.trace is not None:  # let DSPy optimizers see worker steps like any predictor call
@@ -212,29 +221,29 @@ class Executor:
         trace.prompt_tokens = worker.count_tokens(messages)
         return ledger.reserve(worker, trace.index, trace.prompt_tokens)
 
-    def _run_step(self, step: _Step, ledger: Ledger) -> None:
+    async def _run_step(self, step: _Step, ledger: Ledger) -> None:
         tracer = _tracing.tracer
         if tracer is None:
-            self._step_with_callbacks(step, ledger)
+            await self._step_with_callbacks(step, ledger)
         else:
-            _tracing.traced_step(tracer, step.trace, lambda: self._step_with_callbacks(step, ledger))
+            await _tracing.traced_step(tracer, step.trace, lambda: self._step_with_callbacks(step, ledger))
 
-    def _step_with_callbacks(self, step: _Step, ledger: Ledger) -> None:
+    async def _step_with_callbacks(self, step: _Step, ledger: Ledger) -> None:
         """Run the step as DSPy callbacks (``dspy.settings.callbacks``, MLflow's autolog) see a call of its role's
         predictor: the step's inputs in, its response out, or the reason no worker answered as the exception. The
         worker's own LM or tool call is an event inside it."""
 
         # Named as DSPy's callback wrapper expects: it passes on the arguments but ``instance``, as for Module.__call__.
-        def role_step(instance: dspy.Predict, **kwargs: str) -> dspy.Prediction:
-            self._try_workers(step, ledger)
+        async def role_step(instance: dspy.Predict, **kwargs: str) -> dspy.Prediction:
+            await self._try_workers(step, ledger)
             if step.trace.output is None and step.failure is not None:
                 raise _StepFailed(step.failure.message)
             return dspy.Prediction(**{_output_field(instance): step.trace.output})
 
         with contextlib.suppress(_StepFailed):
-            with_callbacks(role_step)(step.predictor, **step.inputs)
+            await with_callbacks(role_step)(step.predictor, **step.inputs)
 
-    def _try_workers(self, step: _Step, ledger: Ledger) -> None:
+    async def _try_workers(self, step: _Step, ledger: Ledger) -> None:
         """Ask the step's workers in turn until one answers; record who answered, or why none did."""
         trace, hold, notes = step.trace, step.hold, list(step.notes)
         started = time.perf_counter()
@@ -246,7 +255,7 @@ class Executor:
                     notes.append(f"{worker.name} does not fit the budget: {exc}")
                     continue
             try:
-                completion = self._call_with_retries(worker, step, hold.max_tokens)
+                completion = await self._call_with_retries(worker, step, hold.max_tokens)
             except WorkerError as exc:
                 ledger.settle(hold)
                 hold = None
@@ -276,34 +285,29 @@ class Executor:
             "execution", f"step {trace.index} ({trace.worker}) failed after {trace.attempts} attempts: {trace.error}"
         )
 
-    def _call_with_retries(self, worker: Worker, step: _Step, max_tokens: int) -> Completion:
+    async def _call_with_retries(self, worker: Worker, step: _Step, max_tokens: int) -> Completion:
         """Call ``worker`` on ``step`` until it answers, its retries are spent, or it is cooled down; errors that
         would repeat are not retried. Every call's outcome goes into the pool's health record."""
         trace = step.trace
-        retrying = tenacity.Retrying(
+        retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_any(
                 tenacity.stop_after_attempt(worker.retries + 1),
                 lambda _: self.health.cooldown_left(worker.name) > 0,
             ),
             wait=tenacity.wait_exponential_jitter(initial=self.backoff_s, max=30 * self.backoff_s),
             retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, WorkerError) and exc.retryable),
-            sleep=self._sleep,
+            sleep=self._wait,
             reraise=True,
             before_sleep=lambda state: logger.warning(
                 "%s failed (attempt %d): %s", worker.name, state.attempt_number, state.outcome.exception()
             ),
         )
-        for attempt in retrying:
+        async for attempt in retrying:
             with attempt:
                 trace.attempts += 1
                 try:
-                    with worker.limits.turn():  # the wait for a turn is not part of the call's timeout
-                        completion = _call_with_timeout(
-                            lambda: worker.complete_step(
-                                step.inputs, step.messages, max_tokens=max_tokens, temperature=worker.temperature
-                            ),
-                            worker,
-                        )
+                    async with worker.limits.turn():  # the wait for a turn is not part of the call's timeout
+                        completion = await _call_with_timeout(worker, step, max_tokens)
                 except WorkerError as exc:
                     if exc.retryable:  # an error that would repeat says nothing about the worker's health
                         self.health.record_failure(worker.name)
@@ -312,18 +316,28 @@ class Executor:
                 return completion
         raise AssertionError("unreachable: tenacity reraises the last error")
 
+    async def _wait(self, seconds: float) -> None:
+        """Wait ``seconds`` before a retry with ``sleep``, awaited if it is a coroutine function."""
+        waited = self._sleep(seconds)
+        if inspect.isawaitable(waited):
+            await waited
 
-def _call_with_timeout(call: Callable[[], Completion], worker: Worker) -> Completion:
-    """Run ``call`` on a daemon thread and give up after the worker's timeout. A Python thread can't be killed, so
-    a hung call is abandoned (daemon: it won't keep the process alive); tools that run code kill their own process."""
-    future = _threads.submit(call)
-    if not wait([future], timeout=worker.timeout_s).done:
-        raise WorkerTimeout(f"{worker.name} did not answer within {worker.timeout_s:g} s")
+
+async def _call_with_timeout(worker: Worker, step: _Step, max_tokens: int) -> Completion:
+    """The worker's answer to ``step``, given up on after the worker's timeout (``WorkerTimeout``). A blocking call
+    runs on a daemon thread that a hung call keeps (it can't be killed; daemon: it won't keep the process alive);
+    tools that run code kill their own process. Whatever else the call raises fails the step, never the run."""
+    deadline = asyncio.timeout(worker.timeout_s)
     try:
-        return future.result()
-    except WorkerError:
+        async with deadline:
+            return await worker.acomplete_step(
+                step.inputs, step.messages, max_tokens=max_tokens, temperature=worker.temperature
+            )
+    except (WorkerError, asyncio.CancelledError):  # cancelled: the run itself is being stopped
         raise
     except BaseException as exc:  # the call's own, even SystemExit: it ends the step, never the caller's thread
+        if deadline.expired():
+            raise WorkerTimeout(f"{worker.name} did not answer within {worker.timeout_s:g} s") from None
         raise WorkerError(f"{worker.name}: {type(exc).__name__}: {exc}") from exc
 
 

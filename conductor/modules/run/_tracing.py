@@ -1,9 +1,9 @@
 """OpenTelemetry spans for runs and steps, a JSON-lines span file, and a standalone HTML page of one run.
 
 Tracing is off until ``enable_tracing`` is called. While off, the executor reads one module attribute per run and per
-step and never imports OpenTelemetry. Spans nest under whatever span is current when ``Executor.run`` is called (a
-DSPy/MLflow span, a web request), and step spans nest under the run span on worker threads too, because the executor
-copies the caller's context into them. Token counts use the OTel GenAI attribute names (``gen_ai.usage.*``), the rest
+step and never imports OpenTelemetry. Spans nest under whatever span is current when ``Executor.run`` (or ``arun``) is
+called (a DSPy/MLflow span, a web request), and step spans nest under the run span, because each step's task starts
+in a copy of the run's context. Token counts use the OTel GenAI attribute names (``gen_ai.usage.*``), the rest
 ``conductor.*``. Prompts and outputs are not put on spans (they may be private); the run's own trace has them.
 
 The page's chart is SVG drawn here, not Mermaid or Graphviz: a few boxes need no layout engine; it must work offline.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import logging
 import textwrap
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NamedTuple
 
@@ -82,10 +82,10 @@ def disable_tracing() -> None:
 
 
 # ---- spans (called only while tracing is on) ---------------------------------------------------------------------
-def traced_run(tracer: Tracer, run: Callable[[], RunResult]) -> RunResult:
-    """``run()`` inside a ``conductor.run`` span that ends with the run's totals."""
+async def traced_run(tracer: Tracer, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
+    """``await run()`` inside a ``conductor.run`` span that ends with the run's totals."""
     with tracer.start_as_current_span("conductor.run") as span:
-        result = run()
+        result = await run()
         span.set_attributes(
             {
                 "conductor.steps": len(result.workflow) if result.workflow is not None else 0,
@@ -100,10 +100,10 @@ def traced_run(tracer: Tracer, run: Callable[[], RunResult]) -> RunResult:
     return result
 
 
-def traced_step(tracer: Tracer, trace: StepTrace, run_step: Callable[[], None]) -> None:
-    """``run_step()`` inside a ``conductor.step`` span that ends with what ``trace`` recorded."""
+async def traced_step(tracer: Tracer, trace: StepTrace, run_step: Callable[[], Awaitable[None]]) -> None:
+    """``await run_step()`` inside a ``conductor.step`` span that ends with what ``trace`` recorded."""
     with tracer.start_as_current_span("conductor.step") as span:
-        run_step()
+        await run_step()
         span.set_attributes(
             {
                 "conductor.step.index": trace.index,

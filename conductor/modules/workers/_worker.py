@@ -1,7 +1,8 @@
 """The one interface every worker kind implements, and the LM-backed worker.
 
 Everything that can take a step of a workflow is a ``Worker``: an API model named by a litellm string, a local model
-served in-process, or a Python tool. The executor only ever talks to this interface.
+served in-process, or a Python tool. The executor only ever talks to this interface, and awaits each call: an API
+model's on the event loop (litellm's async client), a blocking one on a daemon thread.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import contextlib
 import functools
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from dspy.lm15 import Config, Message, Request
+from dspy.lm15 import Config, Message, Request, Response
 from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMInvalidRequestError
-from dspy.utils.usage_tracker import track_usage
+from dspy.utils.usage_tracker import UsageTracker, track_usage
 
 from conductor.errors import ConfigError, WorkerError
+from conductor.modules import _threads
 from conductor.modules.workers._limits import CallLimits
 
 logger = logging.getLogger(__name__)
@@ -136,7 +139,8 @@ class Worker(abc.ABC):
 
     Contract every implementation keeps (checked by ``tests/modules/worker_contract.py``):
 
-    - ``complete`` is thread-safe: the executor may call one worker from several threads at once.
+    - ``complete`` is thread-safe: the executor may call one worker from several threads at once (each blocking call
+      runs on a daemon thread of its own). ``acomplete_step``, what the executor awaits, keeps the same contract.
     - ``complete`` honours ``max_tokens`` as an upper bound on ``Completion.output_tokens`` (the executor relies on it
       to keep a run inside its budget) and returns non-negative token counts.
     - Failures raise ``WorkerError`` (or a subclass); anything else escaping ``complete`` is treated the same way.
@@ -187,6 +191,15 @@ class Worker(abc.ABC):
         ``complete``. Workers that need the fields rather than the prompt (DSPy modules, tools that take the subtask)
         override it."""
         return self.complete(messages, max_tokens=max_tokens, temperature=temperature)
+
+    async def acomplete_step(
+        self, inputs: dict[str, str], messages: Messages, *, max_tokens: int, temperature: float
+    ) -> Completion:
+        """``complete_step`` for the executor's event loop. The default runs it on a daemon thread, which a hung call
+        keeps while the loop goes on; a worker that can await its call (an API model) overrides this."""
+        return await _threads.on_thread(
+            lambda: self.complete_step(inputs, messages, max_tokens=max_tokens, temperature=temperature)
+        )
 
     def count_tokens(self, messages: Messages) -> int:
         """Prompt tokens of ``messages``; the default is a cautious estimate of 1 token per 3 characters."""
@@ -241,15 +254,37 @@ class LMWorker(Worker):
 
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
-        # Only with DSPy's cache on (``cache: true``, an opt-in for training) can a call go unbilled: a cache hit
-        # records no usage, so the tracker is kept just then, off the hot path of every other call.
+        with self._calling() as billed:
+            response = self.lm(request)
+        return self._completion(response, messages, billed)
+
+    async def acomplete_step(
+        self, inputs: dict[str, str], messages: Messages, *, max_tokens: int, temperature: float
+    ) -> Completion:
+        """An API model's call is awaited on the event loop (``dspy.LM.acall``); an in-process model's blocks, so it
+        runs on a daemon thread."""
+        if not isinstance(self.lm.engine, str):  # a custom engine: an in-process model
+            return await super().acomplete_step(inputs, messages, max_tokens=max_tokens, temperature=temperature)
+        request = chat_request(self.lm.model, messages, max_tokens=max_tokens, temperature=temperature)
+        with self._calling() as billed:
+            response = await self.lm.acall(request)
+        return self._completion(response, messages, billed)
+
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[UsageTracker | None]:
+        """Around one call of the LM: its failures as ``WorkerError``s, and DSPy's usage tracker when a call can go
+        unbilled. Only with DSPy's cache on (``cache: true``, an opt-in for training) can it: a cache hit records no
+        usage, so the tracker is kept just then, off the hot path of every other call."""
         tracking = track_usage() if self.lm.cache else contextlib.nullcontext()
         try:
             with tracking as billed:
-                response = self.lm(request)
+                yield billed
         except Exception as exc:
             retryable = not isinstance(exc, _PERMANENT_LM_ERRORS)
             raise WorkerError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=retryable) from exc
+
+    def _completion(self, response: Response, messages: Messages, billed: UsageTracker | None) -> Completion:
+        """The ``Completion`` of the LM's ``response`` to ``messages``."""
         usage = response.usage
         input_tokens = (usage.input_tokens if usage else None) or self.count_tokens(messages)
         output_tokens = (usage.output_tokens if usage else None) or 0
