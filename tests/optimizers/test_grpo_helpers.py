@@ -135,7 +135,21 @@ def trainer(
     )
 
 
-KILL_TEST_RUN = {"steps": 5, "checkpoint_every": 2, "randomise_pool": True, "min_pool_size": 1}
+def step_examples(run: GRPOTrainer, step: int) -> list[tuple[int, dspy.Example]]:
+    """The ``(index, example)`` pairs of ``step`` (1-based) in a run that resamples nothing: its own slice of the
+    epoch orders."""
+    size = run.config.batch_size
+    return run.examples_at((step - 1) * size, size)
+
+
+KILL_TEST_RUN = {
+    "steps": 5,
+    "checkpoint_every": 2,
+    "randomise_pool": True,
+    "min_pool_size": 1,
+    "group_size": 2,  # small groups agree now and then: steps 1 and 3 resample
+    "resample_agreeing": 1,
+}
 
 
 def main(output_dir: str, resume: str) -> None:

@@ -1,9 +1,10 @@
 """A training run killed with SIGKILL between checkpoints resumes to the very adapter an uninterrupted run ends with.
 
-The run (``test_grpo_helpers.main``: 8 steps, a checkpoint every 2, randomised pools) starts in a subprocess and is
-killed as soon as its first checkpoint (step 2) is complete, so step 3 is in progress and lost. Resuming continues
-from step 2 and recomputes step 3 exactly: every random choice is seeded from ``(seed, step)``, and the checkpoint
-holds the weights, the optimizer and the schedule.
+The run (``test_grpo_helpers.main``: 5 steps, a checkpoint every 2, randomised pools, groups that agree resampled)
+starts in a subprocess and is killed as soon as its first checkpoint (step 2) is complete, so step 3 is in progress
+and lost. Resuming continues from step 2 and recomputes step 3 exactly: every random choice is seeded from ``(seed,
+step)``, the checkpoint holds the weights, the optimizer and the schedule, and its metrics say how many examples the
+steps drew (resampling draws extra), so step 3 draws the same ones.
 """
 
 from __future__ import annotations
@@ -61,5 +62,6 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_adapter(tmp_path: 
     expected, got = _adapter(tmp_path / "straight" / "policy"), _adapter(killed / "policy")
     assert expected.keys() == got.keys()
     assert all(torch.equal(expected[k], got[k]) for k in expected)  # bitwise: the lost step 3 was redone exactly
-    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 6))
+    metrics = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 6))
+    assert metrics[0]["resampled_groups"] > 0  # so step 3 starts past the examples the first steps drew

@@ -1,5 +1,6 @@
 """GRPO rollouts in Ray actors on a local cluster: two actors train the very adapter that one process trains under
-the same seeds, and a run whose actor is killed mid-step ends the same (the actor restarts and redoes its shard)."""
+the same seeds (groups that agree resampled alike), and a run whose actor is killed mid-step ends the same (the actor
+restarts and redoes its shard)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,15 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = {"steps": 3, "batch_size": 4, "rollout_workers": 2, "randomise_pool": True, "checkpoint_every": 2}
+RUN = {
+    "steps": 3,
+    "batch_size": 4,
+    "rollout_workers": 2,
+    "randomise_pool": True,
+    "checkpoint_every": 2,
+    "group_size": 3,  # small groups agree now and then: every step resamples, step 3 over both actors
+    "resample_agreeing": 1,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,6 +95,7 @@ def test_two_rollout_actors_train_the_same_adapter_as_one_process(tmp_path: Path
     assert _same(_adapter(on_ray), _adapter(in_process))
     assert not _same(_adapter(on_ray), _adapter(_trainer(tmp_path / "untrained")))  # it did learn something
     assert _rewards(history) == _rewards(in_process.log.history)
+    assert all(step["resampled_groups"] for step in history)  # the replacements were sampled alike too
 
 
 def test_a_killed_actor_is_restarted_and_the_run_ends_the_same(tmp_path: Path, in_process: GRPOTrainer) -> None:

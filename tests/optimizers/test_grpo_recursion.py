@@ -18,6 +18,7 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     config,
     exact,
     program,
+    step_examples,
     tiny,
     trainset,
 )
@@ -40,7 +41,7 @@ def recursive_trainer(output_dir: Path) -> GRPOTrainer:
 def test_a_recursive_rollout_samples_its_second_round_live_and_is_rewarded_and_trained_on_both(tmp_path: Path) -> None:
     run = recursive_trainer(tmp_path)
     run.setup()
-    batch = run.rollouts.collect(run.step_examples(1), 1)
+    batch = run.rollouts.collect(step_examples(run, 1), 1)
     recursed = [r for r in batch.rollouts if r.sample.text.startswith("D")]
     single = [r for r in batch.rollouts if r.sample.text.startswith("A")]
     assert recursed and single, f"the seed should sample both workflows, got {[r.sample.text for r in batch.rollouts]}"
@@ -58,7 +59,7 @@ def test_a_recursive_rollout_samples_its_second_round_live_and_is_rewarded_and_t
 
     again = recursive_trainer(tmp_path / "again")  # a resumed run samples the recursive rounds alike
     again.setup()
-    assert [r.samples for r in again.rollouts.collect(again.step_examples(1), 1).rollouts] == [
+    assert [r.samples for r in again.rollouts.collect(step_examples(again, 1), 1).rollouts] == [
         r.samples for r in batch.rollouts
     ]
 

@@ -31,6 +31,7 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     exact,
     pool,
     program,
+    step_examples,
     tiny,
     trainer,
     trainset,
@@ -61,7 +62,7 @@ def test_one_update_raises_the_logprob_of_positive_advantage_workflows_and_lower
         logits_processor=choice(policy, [RIGHT, BROKEN]),
     )
     run.setup()
-    batch = run.rollouts.collect(run.step_examples(1), 1)
+    batch = run.rollouts.collect(step_examples(run, 1), 1)
     rewards = [r.reward.value for r in batch.rollouts]
     assert set(rewards) == {0.0, 1.0}, f"the seed should sample both workflows, got {rewards}"
     mean = sum(rewards) / len(rewards)
@@ -102,7 +103,7 @@ def test_several_updates_per_batch_clip_and_the_kl_term_runs(tmp_path: Path) -> 
 def test_the_policy_trains_on_exactly_the_prompt_it_gets_at_inference(tmp_path: Path) -> None:
     run = trainer(tmp_path)
     run.setup()
-    batch = run.rollouts.collect(run.step_examples(1), 1)
+    batch = run.rollouts.collect(step_examples(run, 1), 1)
     seen = []
     inference = program()
     inference.orchestrate.lm = run.policy.as_dspy_lm(on_sample=seen.append, max_tokens=8)
@@ -133,7 +134,7 @@ def test_randomised_pools_show_ids_0_to_k_minus_1_and_run_the_real_workers(tmp_p
     workers = WorkerPool([ScriptedWorker(name, lambda _, name=name: name) for name in ("w0", "w1", "w2")])
     run = trainer(tmp_path, workers=workers, randomise_pool=True, min_pool_size=2, max_pool_size=2, steps=1)
     run.setup()
-    rollouts = [r for step in (1, 2, 3) for r in run.rollouts.collect(run.step_examples(step), step).rollouts]
+    rollouts = [r for step in (1, 2, 3) for r in run.rollouts.collect(step_examples(run, step), step).rollouts]
     pools = set()
     for rollout in rollouts:
         prompt = run.policy.decode(rollout.sample.prompt_ids)
@@ -161,7 +162,7 @@ def test_a_conductor_that_names_workers_samples_each_random_pool_under_its_own_n
     settings = config(tmp_path, randomise_pool=True, min_pool_size=2, max_pool_size=2, steps=1)
     run = GRPOTrainer(settings, policy, conductor, trainset(), exact, logits_processor=first_name_only)
     run.setup()
-    rollouts = [r for step in range(1, 7) for r in run.rollouts.collect(run.step_examples(step), step).rollouts]
+    rollouts = [r for step in range(1, 7) for r in run.rollouts.collect(step_examples(run, step), step).rollouts]
     assert len({frozenset(r.workers) for r in rollouts}) > 1
     for rollout in rollouts:
         assert rollout.error is None and rollout.answer == sorted(rollout.workers)[0]
@@ -228,12 +229,12 @@ def test_balance_by_deals_every_batch_one_example_of_each_family_and_covers_each
         for i, f in enumerate(families)
     ]
     run = GRPOTrainer(config(tmp_path, balance_by="family", steps=16), tiny(), program(), data, exact)
-    batches = [run.step_examples(step) for step in range(1, 17)]
+    batches = [step_examples(run, step) for step in range(1, 17)]
     assert all({e.family for _, e in batch} == {"add", "spell"} for batch in batches)
     for epoch in (batches[:8], batches[8:]):
         assert sorted(i for batch in epoch for i, _ in batch) == list(range(16))
     plain = GRPOTrainer(config(tmp_path, steps=16), tiny(), program(), data, exact)
-    assert any(len({e.family for _, e in plain.step_examples(s)}) == 1 for s in range(1, 9))  # the default may not
+    assert any(len({e.family for _, e in step_examples(plain, s)}) == 1 for s in range(1, 9))  # the default may not
 
 
 def test_inputs_are_checked_all_at_once(tmp_path: Path) -> None:

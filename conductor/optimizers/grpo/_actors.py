@@ -62,13 +62,14 @@ class RolloutActor:
         examples: Sequence[tuple[int, int, dspy.Example]],
         step: int,
         shard: int,
+        start: int,
     ) -> RolloutBatch:
         """The shard's rollouts, sampled with ``weights`` loaded into the policy."""
         params = dict(self.policy.model.named_parameters())
         with torch.no_grad():
             for name, value in weights.items():
                 params[name].copy_(value)
-        return self.collector.collect_shard(examples, step, shard)
+        return self.collector.collect_shard(examples, step, shard, start)
 
 
 class RayRollouts:
@@ -82,11 +83,11 @@ class RayRollouts:
         remote = self.ray.remote(RolloutActor).options(**ONE_THREAD, max_restarts=RESTARTS, max_task_retries=RESTARTS)
         self.actors = [remote.remote(setup, program.dump_state(), config) for _ in range(config.rollout_workers)]
 
-    def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int) -> RolloutBatch:
-        weights = self.ray.put(trainable_weights(self.policy))  # once per step, read by every actor
-        shards = shard_examples(examples, self.config)
+    def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int, start: int = 0) -> RolloutBatch:
+        weights = self.ray.put(trainable_weights(self.policy))  # once per collect, read by every actor
+        shards = shard_examples(examples, self.config, start)
         pending = [
-            actor.collect.remote(weights, shard, step, number)
+            actor.collect.remote(weights, shard, step, number, start)
             for number, (actor, shard) in enumerate(zip(self.actors, shards, strict=False))
         ]
         return RolloutBatch.join(self.ray.get(pending), parallel=True)

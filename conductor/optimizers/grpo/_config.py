@@ -28,6 +28,13 @@ class GRPOConfig(pydantic.BaseModel):
         None, description="an example label (e.g. 'family'): each epoch deals its values in turn, so batches mix them"
     )
     group_size: int = pydantic.Field(8, ge=2, description="workflows sampled per example (G)")
+    resample_agreeing: int = pydantic.Field(
+        0,
+        ge=0,
+        description="rounds per step that drop the groups whose rewards all agree (they carry no gradient) and sample "
+        "groups of the next training examples in their place, until batch_size groups disagree (DAPO's dynamic "
+        "sampling); each round costs another rollout per workflow; 0: train on the batch as drawn",
+    )
     lr: float = pydantic.Field(1e-5, gt=0, description="peak learning rate (AdamW)")
     weight_decay: float = pydantic.Field(0.0, ge=0)
     schedule: Literal["cosine", "constant"] = "cosine"

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from conductor.optimizers.grpo._rollouts import RolloutBatch
+from conductor.optimizers.grpo._rollouts import RolloutBatch, rewards_agree
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,8 @@ CURVE = "reward_curve.png"
 
 @dataclass
 class StepMetrics:
-    """One step's summary: rewards and their parts over its rollouts, the update, the learning rate, timings."""
+    """One step's summary: rewards and their parts over every rollout it ran (those of groups dropped by resampling
+    too: all were sampled from the policy), the update, the learning rate, timings."""
 
     step: int
     reward: float
@@ -42,6 +43,11 @@ class StepMetrics:
     grad_norm: float
     lr: float
     rollouts: int
+    """Every rollout the step ran, resampled ones included: what the step cost."""
+    agreeing_groups: int
+    """Groups whose rewards all agreed (no gradient), among all the step sampled."""
+    resampled_groups: int
+    """Further examples drawn to replace groups that agreed (``resample_agreeing``)."""
     completion_tokens: int
     tokens_per_s: float
     """Conductor tokens sampled per second of sampling."""
@@ -50,7 +56,7 @@ class StepMetrics:
     @classmethod
     def of(cls, step: int, batch: RolloutBatch, lr: float, update: dict[str, float]) -> StepMetrics:
         """Summarise ``batch``; ``update`` holds ``loss``, ``kl``, ``clip_fraction``, ``grad_norm`` and ``update_s``."""
-        rewards = [r.reward for r in batch.rollouts]
+        rewards = [r.reward for r in batch.all_rollouts]
         values = [r.value for r in rewards] or [0.0]
         return cls(
             step=step,
@@ -64,6 +70,8 @@ class StepMetrics:
             grad_norm=update["grad_norm"],
             lr=lr,
             rollouts=len(rewards),
+            agreeing_groups=sum(map(rewards_agree, batch.groups + batch.dropped)),
+            resampled_groups=batch.resampled,
             completion_tokens=batch.completion_tokens,
             tokens_per_s=batch.completion_tokens / batch.sample_s if batch.sample_s > 0 else 0.0,
             time_s={"sample": batch.sample_s, "execute": batch.execute_s, "update": update["update_s"]},
@@ -103,10 +111,13 @@ class MetricsLog:
         _rewrite(output_dir / ROLLOUTS, _steps_up_to(output_dir / ROLLOUTS, done))
         self.bar = tqdm(total=total_steps, initial=done, desc="GRPO", unit="step", disable=not progress, leave=True)
 
-    def log(self, metrics: StepMetrics, rollouts: list[dict[str, Any]]) -> None:
-        """Append one step's lines and show it on the progress bar."""
+    def log(self, metrics: StepMetrics, batch: RolloutBatch) -> None:
+        """Append one step's lines (a rollout of a group that resampling replaced is marked ``dropped``) and show it
+        on the progress bar."""
         record = asdict(metrics)
         self.history.append(record)
+        trained = len(batch.rollouts)
+        rollouts = [r.record() | {"dropped": i >= trained} for i, r in enumerate(batch.all_rollouts)]
         with (self.output_dir / ROLLOUTS).open("a") as f:
             f.writelines(json.dumps({"step": metrics.step, "rollout": i, **r}) + "\n" for i, r in enumerate(rollouts))
         with (self.output_dir / METRICS).open("a") as f:
@@ -115,6 +126,9 @@ class MetricsLog:
             reward=f"{metrics.reward:.3f}",
             format_fail=f"{metrics.format_failure_rate:.0%}",
             acc=f"{metrics.accuracy:.0%}",
+            agreeing=metrics.agreeing_groups,
+            resampled=metrics.resampled_groups,
+            rollouts=metrics.rollouts,
             tok_s=f"{metrics.tokens_per_s:.0f}",
             refresh=False,
         )

@@ -26,7 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import dspy
@@ -99,13 +99,24 @@ class Rollout:
         }
 
 
+def rewards_agree(group: Sequence[Rollout]) -> bool:
+    """Whether every rollout of ``group`` earned the same reward: its advantages are all 0, so it adds no gradient."""
+    return len({r.reward.value for r in group}) == 1
+
+
 @dataclass
 class RolloutBatch:
-    """A step's rollouts, one group of G per example, and where the time went."""
+    """A step's rollouts, one group of G per example, and where the time went; with ``resample_agreeing``, also the
+    groups that agreed and were replaced (``resampled_with``)."""
 
     groups: list[list[Rollout]]
+    """The groups the update trains on."""
     sample_s: float
     execute_s: float
+    dropped: list[list[Rollout]] = field(default_factory=list)
+    """Groups whose rewards all agreed, replaced by groups of further examples: run, but not trained on."""
+    resampled: int = 0
+    """Further examples drawn to replace groups that agreed (or that an input error left out)."""
 
     @classmethod
     def join(cls, shards: Sequence[RolloutBatch], *, parallel: bool) -> RolloutBatch:
@@ -117,22 +128,38 @@ class RolloutBatch:
             total([0.0, *(shard.execute_s for shard in shards)]),
         )
 
+    def resampled_with(self, more: RolloutBatch, drawn: int) -> RolloutBatch:
+        """This batch with its agreeing groups dropped and ``more``'s groups, of ``drawn`` further examples, added."""
+        return RolloutBatch(
+            [group for group in self.groups if not rewards_agree(group)] + more.groups,
+            self.sample_s + more.sample_s,
+            self.execute_s + more.execute_s,
+            self.dropped + [group for group in self.groups if rewards_agree(group)],
+            self.resampled + drawn,
+        )
+
     @property
     def rollouts(self) -> list[Rollout]:
+        """The rollouts the update trains on."""
         return [r for group in self.groups for r in group]
 
     @property
+    def all_rollouts(self) -> list[Rollout]:
+        """Every rollout the batch ran: those trained on, then the dropped ones."""
+        return self.rollouts + [r for group in self.dropped for r in group]
+
+    @property
     def completion_tokens(self) -> int:
-        """Tokens of the first rounds' samples: those sampled in the batch that ``sample_s`` times."""
-        return sum(len(r.sample.token_ids) for r in self.rollouts)
+        """Tokens of the first rounds' samples: those sampled in the batches that ``sample_s`` times."""
+        return sum(len(r.sample.token_ids) for r in self.all_rollouts)
 
 
 def shard_examples(
-    examples: Sequence[tuple[int, dspy.Example]], config: GRPOConfig
+    examples: Sequence[tuple[int, dspy.Example]], config: GRPOConfig, start: int = 0
 ) -> list[list[tuple[int, int, dspy.Example]]]:
     """A step's ``(index, example)`` pairs as ``config.rollout_workers`` consecutive shards of ``(position in the
-    step, index, example)``: fixed by the config, whatever runs them."""
-    placed = [(position, index, example) for position, (index, example) in enumerate(examples)]
+    step, index, example)``, positions counted from ``start``: fixed by the config, whatever runs them."""
+    placed = [(position, index, example) for position, (index, example) in enumerate(examples, start)]
     return consecutive_shards(placed, config.rollout_workers)
 
 
@@ -155,17 +182,21 @@ class RolloutCollector:
         self.processors = Processors(logits_processor)
         self.sampling = Sampling(config.max_new_tokens, config.temperature, config.top_p)
 
-    def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int) -> RolloutBatch:
+    def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int, start: int = 0) -> RolloutBatch:
         """``config.group_size`` rollouts for each ``(index, example)``, shard after shard; an example whose prompt
-        can't be built (an input error) is left out with a warning."""
+        can't be built (an input error) is left out with a warning. ``start``: the first example's position in the
+        step (0 for the step's batch; past the examples drawn before for the groups that replace agreeing ones)."""
         shards = [
-            self.collect_shard(shard, step, number)
-            for number, shard in enumerate(shard_examples(examples, self.config))
+            self.collect_shard(shard, step, number, start)
+            for number, shard in enumerate(shard_examples(examples, self.config, start))
         ]
         return RolloutBatch.join(shards, parallel=False)
 
-    def collect_shard(self, examples: Sequence[tuple[int, int, dspy.Example]], step: int, shard: int) -> RolloutBatch:
-        """The rollouts of one shard of ``shard_examples``: ``(position in the step, index, example)`` triples."""
+    def collect_shard(
+        self, examples: Sequence[tuple[int, int, dspy.Example]], step: int, shard: int, start: int = 0
+    ) -> RolloutBatch:
+        """The rollouts of one shard of ``shard_examples(..., start)``: ``(position in the step, index, example)``
+        triples."""
         started = time.perf_counter()
         prompted = self._prompted(examples, step)
         samples = sample_workflows(
@@ -174,8 +205,11 @@ class RolloutCollector:
             self.config.group_size,
             self.sampling,
             self.processors,
-            # shard 0 keeps the seeds of a run in one shard (before shards existed), so those runs reproduce
-            lambda key: derive_seed(self.config.seed, "sample", step, *key, *([shard] if shard else [])),
+            # the step's batch (start 0) keeps the seeds of runs before resampling existed, and its shard 0 those of
+            # runs before shards existed, so those runs reproduce
+            lambda key: derive_seed(
+                self.config.seed, "sample", step, *key, *([shard] if shard else []), *(["from", start] if start else [])
+            ),
         )
         sampled = time.perf_counter()
         jobs: list[RolloutJob] = []

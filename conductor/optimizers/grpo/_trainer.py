@@ -3,8 +3,9 @@
 Each step takes ``batch_size`` training examples, samples ``group_size`` workflows for each from the policy, runs
 every one over the pool (``_rollouts.py``, through the optimizers' rollout loop), turns outcomes into rewards
 (``score``), normalises them within each example's group and takes ``updates_per_batch`` clipped-surrogate steps on
-them (``_loss.py``). Checkpoints (``_checkpoint.py``) and metrics (``_metrics.py``) make a long run resumable and
-observable.
+them (``_loss.py``). A group whose rewards all agree teaches nothing, so with ``resample_agreeing`` the step first
+replaces such groups by groups of the next examples (DAPO's dynamic sampling, ``collect``). Checkpoints
+(``_checkpoint.py``) and metrics (``_metrics.py``) make a long run resumable and observable.
 
 Why not TRL's ``GRPOTrainer`` (the design's first choice; TRL 1.16 and transformers 5.24 as installed):
 
@@ -57,7 +58,7 @@ from conductor.optimizers.grpo._checkpoint import checkpoints, no_save_bars, rea
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import group_advantages, grpo_loss, pad
 from conductor.optimizers.grpo._metrics import MetricsLog, StepMetrics
-from conductor.optimizers.grpo._rollouts import RolloutBatch, RolloutCollector, derive_seed
+from conductor.optimizers.grpo._rollouts import RolloutBatch, RolloutCollector, derive_seed, rewards_agree
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ class GRPOTrainer:
         """Set by ``setup``: where each step's rollouts are collected."""
         self.step = 0
         """Steps completed (the next one is ``step + 1``)."""
+        self.drawn = 0
+        """Examples the completed steps drew from the epoch orders (``examples_at``): the next step starts there."""
         self.log: MetricsLog | None = None
         """Set by ``setup``, last of all: a trainer is ready once it has one."""
         self._orders: dict[int, list[int]] = {}
@@ -140,6 +143,8 @@ class GRPOTrainer:
             if changed:
                 logger.warning("resuming with changed settings %s: the run won't reproduce the original", changed)
             self.step, history = checkpoint.step, checkpoint.metrics
+            # each step's metrics say what it drew (steps logged before resampling existed drew no replacements)
+            self.drawn = sum(config.batch_size + m.get("resampled_groups", 0) for m in history)
         elif config.resume:
             logger.info("no checkpoint in %s: starting from step 0", self.output_dir)
         if config.ray is None:
@@ -189,14 +194,33 @@ class GRPOTrainer:
     def train_step(self, step: int) -> StepMetrics:
         """Sample, run and score the rollouts of ``step`` (1-based), update the policy on them and log the step."""
         self._seed(step)
-        batch = self.rollouts.collect(self.step_examples(step), step)
+        batch = self.collect(step)
         lr = self.optimizer.param_groups[0]["lr"]
         started = time.perf_counter()
         update = self.update(batch, step)
         metrics = StepMetrics.of(step, batch, lr, update | {"update_s": time.perf_counter() - started})
-        self.log.log(metrics, [r.record() for r in batch.rollouts])
+        self.log.log(metrics, batch)
         self.step = step
+        self.drawn += self.config.batch_size + batch.resampled
         return metrics
+
+    def collect(self, step: int) -> RolloutBatch:
+        """The rollouts of ``step``: a group for each of the next ``batch_size`` examples of the epoch orders.
+
+        With ``resample_agreeing``, up to that many rounds then drop the groups whose rewards all agree (a peaked
+        policy's usually do, and they add no gradient) and roll out groups of the examples after them in their place,
+        until ``batch_size`` groups disagree (DAPO's dynamic sampling). Replacements are drawn in the epoch order, so
+        every example keeps its turn; the next step goes on after the last one drawn."""
+        size = self.config.batch_size
+        batch = self.rollouts.collect(self.examples_at(self.drawn, size), step)
+        for _ in range(self.config.resample_agreeing):
+            missing = size - sum(not rewards_agree(group) for group in batch.groups)
+            if missing == 0:
+                break
+            drawn = size + batch.resampled  # by this step so far: the replacements' positions in the step follow
+            more = self.rollouts.collect(self.examples_at(self.drawn + drawn, missing), step, start=drawn)
+            batch = batch.resampled_with(more, missing)
+        return batch
 
     def _seed(self, step: int) -> None:
         """Seed the global RNGs from ``(seed, step)``: anything that draws from them (LoRA dropout, a worker) draws
@@ -205,11 +229,12 @@ class GRPOTrainer:
         np.random.seed(derive_seed(self.config.seed, "numpy", step) % 2**32)
         torch.manual_seed(derive_seed(self.config.seed, "torch", step))
 
-    def step_examples(self, step: int) -> list[tuple[int, dspy.Example]]:
-        """The step's ``(index, example)`` pairs: consecutive slices of a fresh order of the trainset per epoch."""
-        size, n = self.config.batch_size, len(self.trainset)
+    def examples_at(self, place: int, count: int) -> list[tuple[int, dspy.Example]]:
+        """``count`` ``(index, example)`` pairs from the ``place``-th (0-based) on, in the epoch orders laid end to
+        end: a fresh order of the trainset per epoch."""
+        n = len(self.trainset)
         picked = []
-        for position in range((step - 1) * size, step * size):
+        for position in range(place, place + count):
             epoch, offset = divmod(position, n)
             if epoch not in self._orders:
                 self._orders = {epoch: self._epoch_order(epoch)}
