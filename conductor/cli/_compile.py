@@ -2,9 +2,11 @@
 
 Program search, few-shot workflow search, expert iteration and GRPO when the config has their sections and a
 trainable conductor, and Optuna budgets when ``compile.budget_trials`` > 0; then the phase table, the uncompiled and
-compiled program's validation and test scores (``held_out.md``) and the workflows each wrote per kind of question. A
-bar with an ETA shows each phase's scoring (and program search and GRPO their own). Running it again with the same
-``output_dir`` resumes.
+compiled program's validation and test scores (``held_out.md``), the workflows each wrote per kind of question, and
+every phase against the program it started from, question by question on validation and on test (``paired.md``: on
+test over one pool of shared worker samples). A bar with an ETA shows each phase's scoring (and program search and
+GRPO their own). Running it again with the same ``output_dir`` resumes. ``--reward-cost``, ``--reward-tokens`` and
+``--reward-steps`` set the GRPO reward's penalties over the config's ``grpo.reward``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,19 @@ def register(commands) -> None:
     parser.add_argument("--threads", type=int, default=1, help="questions evaluated at once (per Ray task)")
     add_ray_argument(parser)
     parser.add_argument(
-        "--no-test", action="store_true", help="skip scoring the uncompiled and compiled program on the test split"
+        "--no-test",
+        action="store_true",
+        help="skip scoring the uncompiled and compiled program, and every phase's, on the test split",
     )
+    for flag, field, what in REWARD_FLAGS:
+        parser.add_argument(
+            flag,
+            dest=field,
+            type=non_negative,
+            metavar="WEIGHT",
+            help=f"GRPO's reward loses WEIGHT {what}, so that of two equally right workflows the cheaper earns more "
+            f"(default: the config's grpo.reward.{field}, else 0)",
+        )
     parser.add_argument(
         "--optuna-storage",
         metavar="URL",
@@ -37,11 +50,26 @@ def register(commands) -> None:
     parser.set_defaults(handler=handle)
 
 
+REWARD_FLAGS = (
+    ("--reward-cost", "cost_penalty", "per dollar the workers spent"),
+    ("--reward-tokens", "token_penalty", "per 1,000 worker tokens"),
+    ("--reward-steps", "step_penalty", "per step run"),
+)
+"""The flags that set the GRPO reward's penalties (``RewardConfig``'s fields)."""
+
+
+def non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def handle(args: argparse.Namespace) -> int:
     from conductor.cli._config import load_run_config  # imports torch: only when run
 
     try:
-        config = load_run_config(args.config)
+        config = with_reward_weights(load_run_config(args.config), args)
         with status.status("Loading the data, the pool and the conductor…"):
             splits = config.splits()
             policy = config.policy() if config.program.trainable else None
@@ -58,9 +86,27 @@ def handle(args: argparse.Namespace) -> int:
                 programs = {"uncompiled": fresh_program(config), "compiled": best}
                 validation = validation_scores(config.output_dir)
                 held_out(config, programs, validation, splits.test, threads=args.threads, ray=compiler.ray)
+                status.print(f"Scoring every phase's program on the {len(splits.test)} test questions, samples shared…")
+                compiler.score_phases(splits.test)
+        console.print("\n" + (config.output_dir / "paired.md").read_text(), markup=False, highlight=False)
     except ConductorError as exc:
         return fail(exc)
     return 0
+
+
+def with_reward_weights(config: Any, args: argparse.Namespace) -> Any:
+    """``config`` with the GRPO reward's penalties the flags set; a flag without a ``grpo`` section is an error."""
+    weights = {field: getattr(args, field) for _, field, _ in REWARD_FLAGS if getattr(args, field) is not None}
+    if not weights:
+        return config
+    if config.grpo is None:
+        raise ConductorError(
+            f"GRPO's reward weights were given ({', '.join(f for f, field, _ in REWARD_FLAGS if field in weights)}), "
+            f"but {args.config} has no `grpo` section: add one (e.g. `grpo: {{steps: 100}}`) or leave them out"
+        )
+    reward = config.grpo.reward.model_copy(update=weights)
+    config.grpo = config.grpo.model_copy(update={"reward": reward})
+    return config
 
 
 def build_compiler(

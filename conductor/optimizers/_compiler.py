@@ -6,6 +6,10 @@ Read it as a recipe: ``compile`` = evaluate the student, then for each phase: ru
 evaluate, keep the result only if it scores higher, checkpoint. Checkpoints are deployable folders
 (``conductor.save``) plus ``compiler_state.json``; a run that stops is resumed by calling ``compile`` again with
 the same ``output_dir``: finished phases are not run again.
+
+Every phase's program is saved too, kept or not (``phases/<n>-<phase>/``), with each validation question's score, so
+that each phase is compared with the program it started from question by question (``paired.md``), on validation
+as it runs and on another split afterwards (``score_phases``: the test split, over one pool of shared samples).
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from typing import Any
 import dspy
 from dspy.teleprompt import Teleprompter
 
+from conductor._stats import wilson_interval
 from conductor.deploy import load_program, save_program
 from conductor.errors import ConductorError
 from conductor.local import trainable_policy
-from conductor.modules import Conductor
+from conductor.modules import Conductor, ReplayWorker, WorkerPool
 from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._expert_iteration import ExpertIterationConfig, expert_iteration
 from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers._paired import RIGHT, PairedComparison, paired_comparison, paired_table
 from conductor.optimizers.finetune import TemplateWarmStartConfig, check_templates, templated_workflows, warm_start
 from conductor.optimizers.search import ProgramSearchConfig, program_search, searched_workflows, write_search_report
 
@@ -35,7 +41,11 @@ logger = logging.getLogger(__name__)
 
 STATE = "compiler_state.json"
 BEST = "best"
+PHASES = "phases"
+PAIRED = "paired"
 PARETO = "pareto.png"
+ENOUGH_VALIDATION = 60
+"""Fewer validation questions than this and a phase's gain is hard to tell from noise (issue 26 asks for 60)."""
 Phase = Callable[[Conductor, list[dspy.Example], list[dspy.Example]], tuple[Conductor, str]]
 """A phase: the best program so far (a copy), train and validation sets -> the new program and what it changed."""
 
@@ -58,8 +68,10 @@ class ConductorCompiler(Teleprompter):
 
     Args:
         metric: ``metric(example, prediction, trace=None) -> float | bool``.
-        output_dir: checkpoints, the phase table (``phases.md``, ``phases.json``), the best program (``best/``) and,
-            with a budget phase, the plot of its Pareto front (``pareto.png``).
+        output_dir: checkpoints, the phase table (``phases.md``, ``phases.json``), the best program (``best/``), every
+            phase's program (``phases/<n>-<phase>/``), each phase against the program it started from on validation
+            (``paired.md``, ``paired.json``; on test too after ``score_phases``) and, with a budget phase, the plot of
+            its Pareto front (``pareto.png``).
         prompt_search: a DSPy teleprompter for instructions and few-shot workflows (e.g. ``WorkflowFewShot``,
             ``PromptSearch``); ``None`` skips the prompt phases.
         search: a ``ProgramSearchConfig`` (or its fields as a dict): a first phase that scores candidate workflows
@@ -133,13 +145,21 @@ class ConductorCompiler(Teleprompter):
             raise ConductorError(
                 "nothing to compile: give prompt_search, grpo (with a trainable conductor) or budget_tuner"
             )
+        warn_if_small(len(valset))
         self.output_dir.mkdir(parents=True, exist_ok=True)
         state = self._load_state()
         if state is None:
             WorkflowMetric(self.metric).check(student, trainset[0])  # a metric that can't score fails here, clearly
             best = student
-            record = self._evaluate("start", best, valset, kept=True, seconds=0.0, change="the student as given")
-            state = {"done": [], "records": [asdict(record)], "best_score": record.score}
+            record, scores = self._evaluate(
+                "start", best, valset, 0, kept=True, seconds=0.0, change="the student as given"
+            )
+            state = {
+                "done": [],
+                "records": [asdict(record)],
+                "best_score": record.score,
+                "validation_scores": {"start": scores},
+            }
             self._checkpoint(best, state)
         else:
             best = load_program(self.output_dir / BEST, trust_code=True)  # its own checkpoint of the user's program
@@ -151,9 +171,9 @@ class ConductorCompiler(Teleprompter):
             policy = trainable_policy(best.orchestrate.lm)
             weights = policy.trainable_state() if policy is not None else None
             candidate, change = run(best.deepcopy(), trainset, valset)
-            record = self._evaluate(
-                name, candidate, valset, kept=False, seconds=time.perf_counter() - started, change=change
-            )
+            seconds = time.perf_counter() - started
+            index = len(state["records"])
+            record, scores = self._evaluate(name, candidate, valset, index, kept=False, seconds=seconds, change=change)
             if record.score > state["best_score"]:
                 best, record.kept, state["best_score"] = candidate, True, record.score
             elif weights is not None:
@@ -161,8 +181,9 @@ class ConductorCompiler(Teleprompter):
                 policy.restore_trainable_state(weights)
             state["done"].append(name)
             state["records"].append(asdict(record))
+            state["validation_scores"][name] = scores
             self._checkpoint(best, state)
-        self._write_table(state["records"])
+        self._write_reports(state)
         return best
 
     def _phases(self, student: Conductor) -> list[tuple[str, Phase]]:
@@ -278,14 +299,24 @@ class ConductorCompiler(Teleprompter):
         return tuner.apply(program, point), f"Optuna's pick (trial {point.trial}; front in {PARETO}): {settings}"
 
     # ---- evaluation, checkpoints, report -------------------------------------------------------------------------
-    def _evaluate(self, phase: str, program: Conductor, valset: list, **record: Any) -> PhaseRecord:
+    def _evaluate(
+        self, phase: str, program: Conductor, valset: list, index: int, **record: Any
+    ) -> tuple[PhaseRecord, list[float]]:
+        """Score ``program`` on ``valset`` and save it as the ``index``-th phase's program: its record and each
+        question's score."""
         result = evaluate_program(program, valset, self.metric, threads=self.num_threads, ray=self.ray)
         predictions = [prediction for _, prediction, _ in result.results]
         n = max(len(predictions), 1)
         cost = sum(getattr(p, "cost", 0.0) or 0.0 for p in predictions) / n
         tokens = sum(getattr(p, "tokens", 0) or 0 for p in predictions) / n
         logger.info("%s: validation score %.1f, $%.6f and %.0f tokens per question", phase, result.score, cost, tokens)
-        return PhaseRecord(phase, float(result.score), cost, tokens, **record)
+        # saved before a phase that is not kept has its weights restored: the folder holds what was scored
+        save_program(program, self._phase_folder(index, phase))
+        scores = [float(score) for *_, score in result.results]
+        return PhaseRecord(phase, float(result.score), cost, tokens, **record), scores
+
+    def _phase_folder(self, index: int, phase: str) -> Path:
+        return self.output_dir / PHASES / f"{index}-{phase}"
 
     def _checkpoint(self, best: Conductor, state: dict[str, Any]) -> None:
         compiler = {"phases_done": state["done"], "best_score": state["best_score"]}
@@ -293,16 +324,74 @@ class ConductorCompiler(Teleprompter):
         tmp = self.output_dir / f".{STATE}.tmp"
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.output_dir / STATE)  # the state names the best folder only once that folder is complete
-        self._write_table(state["records"])
+        self._write_reports(state)
 
     def _load_state(self) -> dict[str, Any] | None:
         path = self.output_dir / STATE
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text())
+            state = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ConductorError(f"{path} is damaged ({exc}); remove it to start the compile over") from exc
+        state.setdefault("validation_scores", {})  # a compile from before they were kept: its phases go unpaired
+        return state
+
+    # ---- paired comparisons --------------------------------------------------------------------------------------
+    def score_phases(self, examples: list[dspy.Example]) -> list[PairedComparison]:
+        """Every phase's saved program scored on ``examples`` (e.g. the test split), and each phase against the
+        program it started from, written to ``paired.md`` / ``paired.json`` under the validation comparisons.
+
+        All the programs run over one pool of ``ReplayWorker``s: a worker sent a prompt that another program sent it
+        answers with the same completion, so the programs' outcomes differ only by what they do, not by the workers'
+        sampling. That pool's memory is this process's, so they are scored here (``num_threads`` at once), not on Ray.
+        """
+        if not examples:
+            raise ConductorError("score_phases needs examples to score the phases on (e.g. the test split)")
+        state = self._load_state()
+        if state is None:
+            raise ConductorError(f"{self.output_dir} holds no compile to score: run compile first")
+        scores: dict[str, list[float]] = {}
+        replay = None
+        try:
+            for index, record in enumerate(state["records"]):
+                folder = self._phase_folder(index, record["phase"])
+                if not folder.exists():
+                    logger.warning("%s has no saved program (a compile from before they were saved)", record["phase"])
+                    continue
+                program = load_program(folder, trust_code=True)
+                if replay is None:
+                    replay = replayed(program.pool)
+                else:
+                    program.pool.close()  # its workers' twins in the replayed pool answer for it
+                runner = program.copy_with(pool=replay)
+                result = evaluate_program(runner, examples, self.metric, threads=self.num_threads)
+                scores[record["phase"]] = [float(score) for *_, score in result.results]
+                logger.info("%s: %.1f on %d questions, samples shared", record["phase"], result.score, len(examples))
+        finally:
+            if replay is not None:
+                replay.close()
+        comparisons = _against_their_start(state["records"], scores)
+        self._write_reports(state, test=comparisons)
+        return comparisons
+
+    def _write_reports(self, state: dict[str, Any], test: list[PairedComparison] | None = None) -> None:
+        """The phase table, and the paired comparisons on validation (and on ``test`` when given)."""
+        self._write_table(state["records"])
+        sections = {"validation": _against_their_start(state["records"], state["validation_scores"])}
+        lines = [
+            "Each phase against its start, the program it started from (the best before it), on the same questions; "
+            f"a question counts as right at a score of {RIGHT} or more. The interval is Newcombe's for paired "
+            "proportions, p McNemar's exact.",
+        ]
+        if test is not None:
+            sections["test"] = test
+            lines.append("On test every program ran over one pool of shared worker samples (one answer per prompt).")
+        for split, comparisons in sections.items():
+            lines += ["", f"## {split}", "", *paired_table(comparisons, a="start", b="phase")]
+        (self.output_dir / f"{PAIRED}.md").write_text("\n".join(lines) + "\n")
+        rows = {split: [c.as_dict() for c in comparisons] for split, comparisons in sections.items()}
+        (self.output_dir / f"{PAIRED}.json").write_text(json.dumps(rows, indent=2))
 
     def _write_table(self, records: list[dict[str, Any]]) -> None:
         lines = [
@@ -316,3 +405,40 @@ class ConductorCompiler(Teleprompter):
             )
         (self.output_dir / "phases.md").write_text("\n".join(lines) + "\n")
         (self.output_dir / "phases.json").write_text(json.dumps(records, indent=2))
+
+
+def _against_their_start(records: list[dict[str, Any]], scores: dict[str, list[float]]) -> list[PairedComparison]:
+    """Each phase after the start against the program it started from (the last kept before it), where both have
+    ``scores``."""
+    comparisons, started_from = [], records[0]["phase"]
+    for record in records[1:]:
+        phase = record["phase"]
+        if phase in scores and started_from in scores:
+            comparisons.append(paired_comparison(scores[started_from], scores[phase], a=started_from, b=phase))
+        if record["kept"]:
+            started_from = phase
+    return comparisons
+
+
+def replayed(pool: WorkerPool) -> WorkerPool:
+    """``pool`` with each worker wrapped in a ``ReplayWorker``: programs run over it share its samples."""
+    return WorkerPool(
+        [ReplayWorker(worker) for worker in pool], show_descriptions=pool.show_descriptions, fallbacks=pool.fallbacks
+    )
+
+
+def warn_if_small(validation_questions: int) -> None:
+    """Warn when the validation set is too small to tell a phase's gain from noise: the gain it can't tell is the
+    half-width of the 95% (Wilson) interval of an accuracy near 50%, about that of a paired difference where the
+    two programs disagree on a quarter of the questions."""
+    if validation_questions >= ENOUGH_VALIDATION:
+        return
+    low, high = wilson_interval(validation_questions / 2, validation_questions)
+    logger.warning(
+        "the validation set has %d questions: one question is %.1f points; a gain under %.0f points can't be told from "
+        "noise (use at least %d validation questions)",
+        validation_questions,
+        100 / validation_questions,
+        100 * (high - low) / 2,
+        ENOUGH_VALIDATION,
+    )

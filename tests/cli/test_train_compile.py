@@ -162,6 +162,39 @@ def test_compile_runs_few_shot_and_grpo_and_prints_the_phase_table(
     assert set(held_out) == {"uncompiled", "compiled"} and all(r["n"] == 1 for r in held_out.values())
     phases = json.loads((tmp_path / "run" / "phases.json").read_text())
     assert held_out["uncompiled"]["validation_accuracy"] == phases[0]["score"] / 100  # the start, as the phases scored
+    saved = sorted(path.name for path in (tmp_path / "run" / "phases").iterdir())
+    assert saved == ["0-start", "1-prompt-1", "2-grpo-1"]
+    # every phase against the program it started from, on the validation and the test question alike
+    paired = json.loads((tmp_path / "run" / "paired.json").read_text())
+    started_from = "prompt-1" if phases[1]["kept"] else "start"
+    for split in ("validation", "test"):
+        assert [(row["b"], row["a"], row["n"]) for row in paired[split]] == [
+            ("prompt-1", "start", 1),
+            ("grpo-1", started_from, 1),
+        ]
+    assert "## validation" in shown.out and "## test" in shown.out and "| grpo-1 | " in shown.out
+
+
+def test_the_reward_flags_set_grpo_s_penalties(tmp_path: Path) -> None:
+    grammar = {"grammar": True, "max_steps": 1, "max_tokens": 64}  # valid workflows: steps that pay the penalty
+    grpo = {**GRPO, "steps": 1, "max_new_tokens": 64, "reward": {"step_penalty": 0.1}}
+    config = write_config(tmp_path, grammar, grpo=grpo, compile={"few_shot": 0})
+    flags = ["--reward-steps", "0.25", "--reward-tokens", "0.5", "--reward-cost", "2"]
+    assert main(["compile", str(config), "--no-test", *flags]) == 0
+    rollouts = [json.loads(line)["reward"] for line in (tmp_path / "run" / "grpo-1" / "rollouts.jsonl").open()]
+    ran = [r for r in rollouts if r["format_ok"]]
+    assert ran, rollouts
+    for r in ran:  # the flags' weights, not the config's 0.1 a step
+        assert r["penalty"] == pytest.approx(0.25 * r["steps"] + 0.5 * r["tokens"] / 1000 + 2 * r["cost"])
+        assert r["penalty"] > 0
+
+
+def test_reward_flags_without_a_grpo_section_fail_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, compile={"few_shot": 1})
+    assert main(["compile", str(config), "--reward-cost", "1"]) == 2
+    assert "GRPO's reward weights were given (--reward-cost), but" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: a weight is 0 or more
+        main(["compile", str(config), "--reward-steps", "-1"])
 
 
 def test_compile_without_few_shot_runs_no_prompt_phase(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
+import itertools
 import json
+import logging
 from typing import Any
 
 import dspy
@@ -6,7 +8,9 @@ import pytest
 from dspy.teleprompt import Teleprompter
 
 from conductor import Conductor, ConductorError, WorkerPool
-from conductor.optimizers._compiler import ConductorCompiler
+from conductor.deploy import load_program
+from conductor.optimizers._compiler import ConductorCompiler, warn_if_small
+from conductor.optimizers._paired import paired_difference_interval
 from conductor.testing import ScriptedEngine
 
 POOL = {
@@ -100,6 +104,11 @@ def test_a_phase_that_hurts_is_not_kept(tmp_path):
     assert compiled.orchestrate.signature.instructions == HINT
     rows = json.loads((tmp_path / "phases.json").read_text())
     assert rows[-1]["phase"] == "prompt-1" and rows[-1]["score"] == 0.0 and not rows[-1]["kept"]
+    # the phase that was not kept is saved all the same, as it was scored
+    not_kept = load_program(tmp_path / "phases" / "1-prompt-1", trust_code=True)
+    assert not_kept.orchestrate.signature.instructions == "Be creative."
+    start = load_program(tmp_path / "phases" / "0-start", trust_code=True)
+    assert start.orchestrate.signature.instructions == HINT
 
 
 def test_a_stopped_compile_resumes_without_repeating_finished_phases(tmp_path):
@@ -169,7 +178,94 @@ def test_a_weight_phase_that_does_not_help_leaves_the_best_program_s_weights_as_
     ]
     for kept in unchanged:
         assert all(torch.equal(a, b) for a, b in zip(before, kept.trainable_state(), strict=True))
+    # the phase's own program holds the weights it was scored with, saved before they were restored
+    trained = load_program(tmp_path / "phases" / "1-template-warm-start", trust_code=True)
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(before, trainable_policy(trained.orchestrate.lm).trainable_state(), strict=True)
+    )
     # the phase did train: the same warm start outside the compiler moves the weights
     pairs = templated_workflows(program.pool, examples, warm.templates, label="family", pools_per_question=1)
     warm_start(policy, program, pairs, warm.training)
     assert not all(torch.equal(a, b) for a, b in zip(before, policy.trainable_state(), strict=True))
+
+
+def one_of(example, prediction, trace=None):
+    return prediction.answer in example.accepted
+
+
+def test_each_phase_is_compared_with_its_start_question_by_question(tmp_path):
+    title_says = student()(question="What is 17 * 23 + 4? (t)").answer  # what the unhinted start answers
+    accepted = [("395", title_says)] + [("395",)] * 3 + [(title_says,)] * 2 + [("nothing",)]
+    valset = [
+        dspy.Example(question="What is 17 * 23 + 4? (t)", accepted=answers).with_inputs("question")
+        for answers in accepted
+    ]
+    ConductorCompiler(one_of, output_dir=tmp_path, prompt_search=SetInstructions(HINT)).compile(
+        student(), trainset=valset, valset=valset
+    )
+    (row,) = json.loads((tmp_path / "paired.json").read_text())["validation"]
+    counts = {k: row[k] for k in ("a", "b", "n", "both_right", "only_a", "only_b", "neither")}
+    assert counts == {"a": "start", "b": "prompt-1", "n": 7, "both_right": 1, "only_a": 2, "only_b": 3, "neither": 1}
+    assert (row["accuracy_a"], row["accuracy_b"], row["difference"]) == pytest.approx((3 / 7, 4 / 7, 1 / 7))
+    assert (row["low"], row["high"]) == pytest.approx(paired_difference_interval(1, 2, 3, 1))
+    assert row["p_value"] == 1.0  # 2 against 3 discordant questions: as likely as not
+    assert "| prompt-1 | start | 7 | 1 | 3 | 2 | 1 | 0.571 | 0.429 | +14.3 (" in (tmp_path / "paired.md").read_text()
+    state = json.loads((tmp_path / "compiler_state.json").read_text())
+    assert state["validation_scores"] == {"start": [1, 0, 0, 0, 1, 1, 0], "prompt-1": [1, 1, 1, 1, 0, 0, 0]}
+
+
+COIN_POOL = {"workers": [{"name": "coin", "kind": "tool", "tool": "tests.optimizers.test_compiler:coin"}]}
+TOSSES = itertools.count()
+
+
+def coin(text: str) -> str:
+    """A worker whose every call answers differently: heads, tails, heads, ..."""
+    return ("heads", "tails")[next(TOSSES) % 2]
+
+
+class CoinEngine(ScriptedEngine):
+    """Always sends the whole question to the coin; saveable with its LM."""
+
+    def __init__(self):
+        super().__init__(lambda prompt: 'model_id = [0]\nsubtasks = ["toss"]\naccess_list = [[]]')
+
+    def dump_state(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> "CoinEngine":
+        return cls()
+
+
+def heads(example, prediction, trace=None):
+    return prediction.answer == "heads"
+
+
+def test_every_phase_scored_on_the_test_split_shares_the_workers_samples(tmp_path):
+    lm = dspy.LM("scripted/coin", engine=CoinEngine(), cache=False, num_retries=0)
+    program = Conductor(WorkerPool.from_config(COIN_POOL), lm)
+    compiler = ConductorCompiler(heads, output_dir=tmp_path, prompt_search=SetInstructions("Toss."))
+    compiler.compile(program, trainset=EXAMPLES)
+    test = [dspy.Example(question=f"Toss {i}.").with_inputs("question") for i in range(5)]
+    (row,) = compiler.score_phases(test)
+    # both programs sent the coin the same prompts: one toss each, seen by both. Without shared samples the second
+    # program's five tosses would come after the first's five, every one the other side (5 is odd).
+    assert (row.a, row.b, row.n, row.only_a, row.only_b) == ("start", "prompt-1", 5, 0, 0)
+    assert row.both_right in (2, 3) and row.both_right + row.neither == 5
+    paired = json.loads((tmp_path / "paired.json").read_text())
+    assert paired["test"] == [row.as_dict()] and len(paired["validation"]) == 1
+    assert "## test" in (tmp_path / "paired.md").read_text()
+
+
+def test_a_small_validation_set_is_warned_about_once(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        ConductorCompiler(metric, output_dir=tmp_path, prompt_search=SetInstructions(HINT)).compile(
+            student(), trainset=EXAMPLES
+        )
+        warn_if_small(60)
+    warnings = [r.getMessage() for r in caplog.records if "validation set" in r.getMessage()]
+    assert warnings == [
+        "the validation set has 3 questions: one question is 33.3 points; a gain under 37 points can't be told from "
+        "noise (use at least 60 validation questions)"
+    ]
