@@ -29,7 +29,7 @@ from conductor._stats import wilson_interval
 from conductor.deploy import load_program, save_program
 from conductor.errors import ConductorError
 from conductor.local import trainable_policy
-from conductor.modules import Conductor, ReplayWorker, WorkerPool
+from conductor.modules import Conductor
 from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._expert_iteration import ExpertIterationConfig, expert_iteration
 from conductor.optimizers._metric import WorkflowMetric
@@ -361,7 +361,7 @@ class ConductorCompiler(Teleprompter):
                     continue
                 program = load_program(folder, trust_code=True)
                 if replay is None:
-                    replay = replayed(program.pool)
+                    replay = program.pool.replayed()
                 else:
                     program.pool.close()  # its workers' twins in the replayed pool answer for it
                 runner = program.copy_with(pool=replay)
@@ -418,13 +418,6 @@ def _against_their_start(records: list[dict[str, Any]], scores: dict[str, list[f
         if record["kept"]:
             started_from = phase
     return comparisons
-
-
-def replayed(pool: WorkerPool) -> WorkerPool:
-    """``pool`` with each worker wrapped in a ``ReplayWorker``: programs run over it share its samples."""
-    return WorkerPool(
-        [ReplayWorker(worker) for worker in pool], show_descriptions=pool.show_descriptions, fallbacks=pool.fallbacks
-    )
 
 
 def warn_if_small(validation_questions: int) -> None:

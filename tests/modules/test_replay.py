@@ -67,3 +67,20 @@ def test_a_failed_call_counts_as_a_call() -> None:
         worker.complete(_user("q"), max_tokens=5, temperature=0.2)
     worker.complete(_user("q"), max_tokens=5, temperature=0.2)
     assert (worker.calls, worker.tokens) == (2, 2)
+
+
+def test_a_replayed_pool_shows_the_conductor_what_the_pool_shows() -> None:
+    # program search and the compiler's paired scoring run programs over it: a pool that hid descriptions (or
+    # dropped fallbacks) would change the conductor's prompt and what a failed worker falls back to
+    counter = iter(range(100))
+    pool = WorkerPool(
+        [ScriptedWorker("a", lambda _: str(next(counter))), ScriptedWorker("b", lambda _: "b")],
+        show_descriptions=False,
+        fallbacks={"a": ["b"]},
+    )
+    replay = pool.replayed()
+    assert replay.names == ["a", "b"] and all(isinstance(w, ReplayWorker) for w in replay)
+    assert replay.show_descriptions is False and replay.fallbacks == pool.fallbacks == {"a": ("b",)}
+    messages = [{"role": "user", "content": "q"}]
+    first, again = (replay[0].complete(messages, max_tokens=8, temperature=1.0).text for _ in range(2))
+    assert first == again == "0"

@@ -202,6 +202,15 @@ class WorkerPool(Sequence[Worker]):
             spec = spec.model_copy(update={"workers": workers})
         return WorkerPool(chosen, show_descriptions=self.show_descriptions, spec=spec, fallbacks=fallbacks)
 
+    def replayed(self) -> WorkerPool:
+        """This pool with each worker wrapped in a ``ReplayWorker``: programs run over it share its samples (a prompt
+        sent twice gets the same completion), so what they score differently is their own doing."""
+        return WorkerPool(
+            [ReplayWorker(worker) for worker in self],
+            show_descriptions=self.show_descriptions,
+            fallbacks=self.fallbacks,
+        )
+
     def describe(self, by_name: bool = False) -> str:
         """How the conductor sees the pool: ordinal ids (``Model 0``) or the workers' names, plus descriptions only
         when the pool opts in."""

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, ReplayWorker, WorkerPool
+from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
@@ -218,7 +218,7 @@ def program_search(
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
-    replay = WorkerPool([ReplayWorker(w) for w in program.pool], fallbacks=program.pool.fallbacks)
+    replay = program.pool.replayed()
     runner = rollout_program(program, replay)
     started, alive, rungs = time.perf_counter(), list(candidates), []
     size, exhausted = min(config.first_rung, len(order)), False
