@@ -5,6 +5,9 @@ The log-probs of a sampled token are read from the very scores ``generate`` samp
 processor, temperature and top-p), by a recorder that runs last in the processor list. It keeps only one step's
 distribution, so memory stays at ``batch x vocab`` instead of ``steps x batch x vocab`` (``output_scores=True`` would
 hold about 50 GB for 256 rollouts of 1,024 tokens over SmolLM2's 49K vocabulary).
+
+A row that loops (writes a phrase a third time, as the tiny local models do) is stopped there and cut after the first
+copy (``_StopOnLoop``), so that a worker returns one copy and spends no time on the rest.
 """
 
 from __future__ import annotations
@@ -93,6 +96,67 @@ class _StopOnText(StoppingCriteria):
         return torch.tensor([any(s in t for s in self.stop) for t in texts], device=input_ids.device)
 
 
+# A row loops when its last PHRASE_TOKENS new tokens were written twice before (so three times in all), each earlier
+# copy at least MIN_LOOP_GAP and at most LOOP_WINDOW tokens back, the earliest LOOP_TOKENS or more back. It is cut
+# after its first copy: after one block when the copies run back to back, else where the second copy begins.
+# Why these numbers:
+# - Loops that SmolLM2 writes through the worker prompt: a 21-token line back to back (stopped after 66 of 256
+#   tokens), and a 28-token sentence twice per paragraph, paragraph after paragraph (stopped after 163). Asking for
+#   three copies back to back would have let the second run to the cap; two would cut two identical subtasks.
+# - Verbatim repeats in a workflow are identical list items in a row: two are never cut (one earlier copy), three
+#   only as items of 24+ tokens each (separator included), four or five (the default max_steps) only as 12+ tokens
+#   each (a worker's name with its separator, `"smollm2", `, is about 6). A conductor under the workflow grammar is
+#   never cut (see ``generate_samples``).
+# - Copies closer than 8 tokens don't count, and nothing under 48 new tokens is ever cut: list punctuation and runs of
+#   short items (`[[], [0], [0, 1]]`, `0, 0, 0`, `| --- |`) count only after 48 tokens of them (16 items of 3 tokens).
+# - The work per token is small: the newest token is compared with the 256 before it, and nothing is decoded.
+PHRASE_TOKENS = 24
+MIN_LOOP_GAP = 8
+LOOP_WINDOW = 256
+LOOP_TOKENS = 48
+
+
+class _StopOnLoop(StoppingCriteria):
+    """Ends each row once it loops (see the thresholds above), and remembers how many of its new tokens to keep
+    (``loop_ends``).
+
+    ``runs[row, i]`` counts the new tokens in a row, up to the newest, that equal the token ``lags[i]`` before them:
+    the last ``run`` tokens were written ``lags[i]`` tokens earlier too. A run of ``PHRASE_TOKENS`` or more is an
+    earlier copy of the last phrase; a run of ``lags[i]`` or more means that the last ``lags[i] + run`` tokens repeat
+    one block of ``lags[i]`` tokens back to back. Each call updates the runs by the newest token, so ``generate``
+    must call it once per new token (as it does).
+    """
+
+    def __init__(self, rows: int, prompt_width: int, device: Any):
+        self.prompt_width = prompt_width
+        self.lags = torch.arange(MIN_LOOP_GAP, LOOP_WINDOW + 1, device=device)
+        self.runs = torch.zeros((rows, len(self.lags)), dtype=torch.long, device=device)
+        self.kept = torch.full((rows,), -1, dtype=torch.long, device=device)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        width = input_ids.shape[1]
+        generated = width - self.prompt_width
+        earlier = input_ids[:, (width - 1 - self.lags).clamp(min=0)]
+        same = (earlier == input_ids[:, -1:]) & (self.lags < generated)  # never compare with the prompt
+        self.runs = (self.runs + 1) * same
+        copied = self.runs >= PHRASE_TOKENS  # where the last phrase was written before
+        earliest = torch.where(copied, self.lags, 0).amax(dim=1)
+        latest = torch.where(copied, self.lags, LOOP_WINDOW).amin(dim=1)
+        looping = (copied.sum(dim=1) >= 2) & (earliest + PHRASE_TOKENS >= LOOP_TOKENS)
+        run_at_latest = self.runs.gather(1, (latest - MIN_LOOP_GAP).unsqueeze(1)).squeeze(1)
+        back_to_back = run_at_latest >= latest
+        # back to back: keep one block; else: keep up to where the second copy begins, but at least the first copy
+        second_copy = torch.minimum(latest + run_at_latest, earliest)
+        keep = generated - torch.where(back_to_back, run_at_latest, second_copy)
+        self.kept = torch.where(looping & (self.kept < 0), keep, self.kept)
+        return looping
+
+    def loop_ends(self) -> list[int | None]:
+        """For each row, how many of its new tokens to keep (up to the end of the first copy), or ``None`` where the
+        row never looped."""
+        return [None if kept < 0 else kept for kept in self.kept.tolist()]
+
+
 def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -145,6 +209,7 @@ def generate_samples(
     stop: Sequence[str] = (),
     batch_size: int | None = None,
     prompt_cache: PromptCache = "static",
+    cut_loops: bool | None = None,
 ) -> list[list[Sample]]:
     """``n`` samples for each tokenised prompt; ``temperature`` 0 or ``None`` decodes greedily, ``top_k`` 0 keeps
     every token.
@@ -154,8 +219,13 @@ def generate_samples(
     left-padded batches of ``batch_size`` (all at once when ``None``). The same seed, prompts and ``batch_size``
     give the same samples. Greedy log-probs are those of the temperature-1 distribution (after any custom processor).
     ``prompt_cache`` says how the shared rows hold the prompt's cache (see ``PromptCache``).
+
+    ``cut_loops``: stop a row that loops and keep one copy of what it repeats (``_StopOnLoop``; its ``finish_reason``
+    is then "stop"). ``None`` (the default) cuts unless a ``logits_processor`` shapes the text: the workflow grammar
+    bounds every string itself, and a cut would leave a text that it does not accept.
     """
     _check_request(prompts, n, max_new_tokens, top_p, top_k, prompt_cache)
+    cut_loops = logits_processor is None if cut_loops is None else cut_loops
     greedy = temperature is None or temperature <= 0
     batches = _batches(prompts, n, batch_size)
     device = next(model.parameters()).device
@@ -170,7 +240,7 @@ def generate_samples(
             recorder = _LogprobRecorder()
             processors = _sampling_processors(logits_processor, recorder, temperature, top_k, top_p, greedy)
             input_ids, attention_mask = _left_pad(chunk, pad_id, device)
-            stopping = StoppingCriteriaList([_StopOnText(tokenizer, stop, input_ids.shape[1])] if stop else [])
+            stopping, loops = _stopping_criteria(tokenizer, stop, cut_loops, input_ids)
             # the cache of all but the last prompt token: generate runs that token and the new ones
             prefix = _shared_prompt_cache(model, chunk, max_new_tokens, prompt_cache) if shared else {}
             output = model.generate(
@@ -183,9 +253,21 @@ def generate_samples(
             )
             new = output[:, input_ids.shape[1] :]
             logprobs = recorder.finish(new).cpu()
-            for row, prompt in enumerate(chunk):
-                samples.append(_sample(tokenizer, prompt, new[row].tolist(), logprobs[row], eos_ids, stop))
+            loop_ends = loops.loop_ends() if loops is not None else [None] * len(chunk)
+            for prompt, tokens, row_logprobs, loop_end in zip(chunk, new.tolist(), logprobs, loop_ends, strict=True):
+                samples.append(_sample(tokenizer, prompt, tokens, row_logprobs, eos_ids, stop, loop_end))
     return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def _stopping_criteria(
+    tokenizer: Any, stop: Sequence[str], cut_loops: bool, input_ids: torch.Tensor
+) -> tuple[StoppingCriteriaList, _StopOnLoop | None]:
+    """The criteria that end rows of one ``generate`` call over ``input_ids`` early, and the loop one among them (it
+    knows where each looping row is to be cut)."""
+    rows, width = input_ids.shape
+    loops = _StopOnLoop(rows, width, input_ids.device) if cut_loops else None
+    criteria = [_StopOnText(tokenizer, stop, width)] if stop else []
+    return StoppingCriteriaList(criteria + ([loops] if loops is not None else [])), loops
 
 
 @contextlib.contextmanager
@@ -317,14 +399,19 @@ def _one_logit(model: Any) -> dict[str, int]:
 
 
 def _sample(
-    tokenizer: Any, prompt: list[int], tokens: list[int], logprobs: torch.Tensor, eos_ids: set[int], stop: Sequence[str]
+    tokenizer: Any,
+    prompt: list[int],
+    tokens: list[int],
+    logprobs: torch.Tensor,
+    eos_ids: set[int],
+    stop: Sequence[str],
+    loop_end: int | None,
 ) -> Sample:
-    """Cut one generated row where it really ended (the rest is padding) and decode it."""
-    end = next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), None)
-    body = tokens[: end - 1] if end else tokens
-    stop_end = _stop_end(tokenizer, body, stop)
-    if stop_end is not None:
-        end = stop_end
+    """Cut one generated row where it really ended (the rest is padding), at a stop string, or after the first copy
+    of what it repeats (``loop_end`` tokens), whichever comes first, and decode it."""
+    eos_end = next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), None)
+    body = tokens[: eos_end - 1] if eos_end else tokens
+    end = min((e for e in (eos_end, _stop_end(tokenizer, body, stop), loop_end) if e is not None), default=None)
     finish: Literal["stop", "length"] = "stop" if end is not None else "length"
     end = end if end is not None else len(tokens)
     kept = tokens[:end]
