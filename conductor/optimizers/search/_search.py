@@ -167,17 +167,12 @@ class SearchResult:
         def hood_mean(candidate: Candidate) -> float:
             return sum(outcomes[candidate.name].score for outcomes in hood) / len(hood) if candidate.name in row else 0
 
-        answered = any(o.score > 0 for o in row.values())
-        return sorted(
-            self.candidates,
-            key=lambda c: (
-                c.name not in row,
-                -(row[c.name].score if answered else hood_mean(c)) if c.name in row else 0,
-                *_price(row, c)[:2],
-                -hood_mean(c),
-                rank[c.name],
-            ),
-        )
+        def preference(candidate: Candidate) -> tuple:
+            own = row[candidate.name].score if candidate.name in row else 0.0
+            hood = hood_mean(candidate)  # among the wrong ones, what does best on questions like this comes first
+            return (candidate.name not in row, -own, -hood if own == 0 else 0.0, *_price(row, candidate)[:2], -hood)
+
+        return sorted(self.candidates, key=lambda c: (*preference(c), rank[c.name]))
 
     @functools.cached_property
     def _neighbourhoods(self) -> list[tuple[int, ...]]:
