@@ -11,6 +11,7 @@ Example (paths are relative to the config file)::
       - {name: file, args: {path: mine.jsonl, metric: number}, n: 20, label: mine}   # one's own data (DataFile)
     methods:
       - {name: single-smollm2, type: single, args: {worker: 0}}
+      - {name: plain-smollm2, type: plain_chat, args: {worker: 0}}   # the question alone, as a user asks
       - {name: conductor, type: conductor, args: {lm: local/smollm2-135m-instruct}}
     seeds: [0]
     threads: 2
@@ -58,6 +59,7 @@ from conductor.modules.baselines import (
     FixedPipeline,
     MixtureOfAgents,
     OneStepRouter,
+    PlainChat,
     RandomWorkflow,
     SelfConsistency,
     SingleWorker,
@@ -286,6 +288,7 @@ METHODS: dict[str, MethodType] = {
     "program": MethodType(_ProgramArgs, saved_program),
     "router": MethodType(_RouterArgs, lambda pool, a, seed, **o: OneStepRouter(pool, _lm(a), fallback=a.fallback, **o)),
     "single": MethodType(_SingleArgs, lambda pool, a, seed, **o: SingleWorker(pool, a.worker, **o)),
+    "plain_chat": MethodType(_SingleArgs, lambda pool, a, seed, **o: PlainChat(pool, a.worker, **o)),
     "self_consistency": MethodType(
         _SelfConsistencyArgs, lambda pool, a, seed, **o: SelfConsistency(pool, a.worker, a.k, **o)
     ),

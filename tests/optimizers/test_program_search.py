@@ -71,8 +71,19 @@ def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit()
         "a pair opens with its single worker's own step, so a replaying pool shares that answer"
     )
     assert all(len(c.steps) <= 2 for c in candidate_space(pool, samples=3, max_steps=2))
-    assert [c.name for c in candidate_space(pool, pairs=False, samples=0)] == ["reverse", "add", "shout", "calc"]
-    proposed = candidate_space(pool, pairs=False, samples=0, proposed=["Answer with the number only."])
+    alone = candidate_space(pool, pairs=False, samples=0)
+    assert [c.name for c in alone] == [
+        "reverse",
+        "add",
+        "shout",
+        "calc",
+        "reverse (plain)",
+        "add (plain)",
+        "shout (plain)",
+    ]
+    assert [c.framing for c in alone] == ["task"] * 4 + ["plain"] * 3  # a tool has no plain framing
+    assert alone[4].steps == alone[0].steps  # the same step: only its framing differs
+    proposed = candidate_space(pool, pairs=False, samples=0, plain=False, proposed=["Answer with the number only."])
     assert [c.name for c in proposed] == [
         "reverse [1]",
         "reverse [2]",
@@ -95,10 +106,14 @@ def test_the_search_finds_each_kinds_workflow_from_unlabelled_questions(tmp_path
         assert winner is not None and shape(winner.steps) == RIGHT_SHAPE[family_of(ex)], (ex.question, winner)
     assert len(result.rungs) >= 2 and result.rungs[-1]["candidates"] < result.rungs[0]["candidates"], result.rungs
     # shared samples: each distinct prompt is one call (a pair reuses its single worker's answer), so far fewer calls
-    # than the steps of every candidate on every question
+    # than the steps of every candidate on every question; a model asked plainly is sent the question alone, its own
+    # prompt, and those calls are counted too
     assert all(len(w.prompts) == len(set(w.prompts)) for w in pool)
-    steps_run = sum(o.steps for row in result.outcomes for o in row.values())
-    assert sum(w.calls for w in pool) == result.cost.worker_calls < 0.6 * steps_run, (result.cost, steps_run)
+    asked = {ex.question for ex in trainset}
+    plain_calls = sum(prompt in asked for w in pool for prompt in w.prompts)
+    steps_run = sum(o.steps for row in result.outcomes for name, o in row.items() if not name.endswith("(plain)"))
+    assert sum(w.calls for w in pool) == result.cost.worker_calls, result.cost
+    assert plain_calls > 0 and result.cost.worker_calls - plain_calls < 0.6 * steps_run, (result.cost, steps_run)
     assert result.cost.tokens > 0 and result.cost.wall_s > 0
 
 
@@ -202,10 +217,10 @@ def test_the_search_proposes_instructions_from_the_answers_form() -> None:
     trainset = [dspy.Example(question=f"Is {i} even?", answer="True").with_inputs("question") for i in range(3)]
     trainset += [dspy.Example(question=f"Is {i} odd?", answer="False").with_inputs("question") for i in range(1)]
     program = Conductor(WorkerPool([ScriptedWorker("chatty", chatty)]), max_steps=1)
-    found = program_search(program, trainset, right, ProgramSearchConfig(samples=0))
+    found = program_search(program, trainset, right, ProgramSearchConfig(samples=0, plain=False))
     assert [c.steps[0].subtask for c in found.candidates][1:] == ["Answer with one of: False, True."]
     assert found.winner(0) is not None and "one of" in found.winner(0).steps[0].subtask
-    unproposed = program_search(program, trainset, right, ProgramSearchConfig(samples=0, propose=False))
+    unproposed = program_search(program, trainset, right, ProgramSearchConfig(samples=0, propose=False, plain=False))
     assert len(unproposed.candidates) == 1 and unproposed.winner(0) is None
 
 

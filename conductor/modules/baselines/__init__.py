@@ -3,6 +3,7 @@
 Each returns the Conductor's prediction fields and runs through the same ``Executor`` (retries, budgets, traces):
 
 - ``SingleWorker``: one worker answers directly.
+- ``PlainChat``: one model called with the question alone, as a user would call it without this library.
 - ``SelfConsistency``: k samples of one worker, majority vote.
 - ``MixtureOfAgents``: one layer of proposers, then an aggregator that sees them all.
 - ``FixedPipeline``, ``plan_solve_verify``, ``solve_verify_refine``: the same workflow for every question.
@@ -15,6 +16,7 @@ The untrained, prompted conductor needs no baseline class: it is ``Conductor`` w
 from conductor.modules.baselines._base import WorkflowProgram
 from conductor.modules.baselines._mixture import MixtureOfAgents
 from conductor.modules.baselines._pipeline import FixedPipeline, PipelineStep, plan_solve_verify, solve_verify_refine
+from conductor.modules.baselines._plain import PlainChat
 from conductor.modules.baselines._random import RandomWorkflow
 from conductor.modules.baselines._router import OneStepRouter
 from conductor.modules.baselines._self_consistency import SelfConsistency
@@ -25,6 +27,7 @@ __all__ = [
     "MixtureOfAgents",
     "OneStepRouter",
     "PipelineStep",
+    "PlainChat",
     "RandomWorkflow",
     "SelfConsistency",
     "SingleWorker",

@@ -9,6 +9,7 @@ Config (a dict, or a YAML / TOML file with the same shape)::
          price: {input_per_1k: 0.00015, output_per_1k: 0.0006}, fallbacks: [smollm2]}
       - {name: python, kind: tool, tool: python}            # built-in tools: python, calculator, vote, check
       - {name: lookup, kind: tool, tool: "my_pkg.tools:lookup"}
+      - {name: chat, kind: local, model: gemma-3-270m, framing: plain}   # the question alone when it is the step
 
 Secrets never live in the config: an ``lm`` worker names the environment variable that holds its key.
 ``fallbacks`` names other workers of the pool that take a worker's steps while it fails (see ``_failover.py``).
@@ -29,6 +30,7 @@ from conductor._imports import import_object
 from conductor.errors import ConfigError, invalid_config
 from conductor.modules.tools import CalculatorWorker, CheckWorker, PythonWorker, VoteWorker
 from conductor.modules.workers import LMWorker, Price, ReplayWorker, ToolWorker, Worker, as_worker
+from conductor.modules.workflow import WorkerPromptAdapter
 
 BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
 
@@ -61,6 +63,8 @@ class WorkerSpec(pydantic.BaseModel):
     fallbacks: list[str] = []
     isolation: Literal["bwrap", "none"] = "bwrap"  # the python and check tools' sandbox; "none" runs code unisolated
     replay: bool = False  # answer a prompt seen before with the same completion (experiments: methods share samples)
+    # models: "plain" sends a step that answers the whole question on its own the question alone (Worker.framing)
+    framing: Literal[WorkerPromptAdapter.FRAMINGS] = "task"  # type: ignore[valid-type]
 
     @pydantic.model_validator(mode="after")
     def _kind_needs(self) -> WorkerSpec:
@@ -72,6 +76,8 @@ class WorkerSpec(pydantic.BaseModel):
             raise ValueError(f"unknown tool {self.tool!r}: use one of {BUILTIN_TOOLS} or 'module:function'")
         if self.isolation != "bwrap" and self.tool not in ("python", "check"):
             raise ValueError("`isolation` is an option of the tools that run code (python, check) only")
+        if self.kind == "tool" and self.framing != "task":
+            raise ValueError("`framing` is an option of models (kind lm or local): a tool reads its input as it is")
         return self
 
 
@@ -211,6 +217,31 @@ class WorkerPool(Sequence[Worker]):
             fallbacks=self.fallbacks,
         )
 
+    def framed(self, framings: Mapping[str, str]) -> WorkerPool:
+        """This pool with the framing (``Worker.framing``) of the workers ``framings`` names set as it says. A worker
+        whose framing changes is a copy that shares the original's model, limits and replayed answers; the others are
+        the same objects. The config (if any) says the same, so a saved program keeps the framings. Raises
+        ``ConfigError`` for a name the pool lacks, an unknown framing, or a tool given any framing but ``"task"``."""
+        names = self.names
+        problems = [
+            f"no worker named {name!r} (the pool has {', '.join(names)})" for name in framings if name not in names
+        ]
+        problems += [
+            f"worker {worker.name!r} is a tool: only a model can be called with the question alone (framing "
+            f"{framings[worker.name]!r})"
+            for worker in self
+            if framings.get(worker.name, "task") != "task" and _is_tool(worker)
+        ]
+        if problems:
+            raise ConfigError("; ".join(problems))
+        changed = {name: framing for name, framing in framings.items() if self[names.index(name)].framing != framing}
+        workers = [worker.with_framing(changed[worker.name]) if worker.name in changed else worker for worker in self]
+        spec = self.spec
+        if spec is not None and changed:
+            specs = [w.model_copy(update={"framing": changed.get(w.name, w.framing)}) for w in spec.workers]
+            spec = spec.model_copy(update={"workers": specs})
+        return WorkerPool(workers, show_descriptions=self.show_descriptions, spec=spec, fallbacks=self.fallbacks)
+
     def describe(self, by_name: bool = False) -> str:
         """How the conductor sees the pool: ordinal ids (``Model 0``) or the workers' names, plus descriptions only
         when the pool opts in."""
@@ -226,6 +257,10 @@ class WorkerPool(Sequence[Worker]):
 
     def __repr__(self) -> str:
         return f"WorkerPool({self.names})"
+
+
+def _is_tool(worker: Worker) -> bool:
+    return isinstance(worker.worker if isinstance(worker, ReplayWorker) else worker, ToolWorker)
 
 
 def _fallback_problems(names: Sequence[str], fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
@@ -260,6 +295,7 @@ def _build_worker(spec: WorkerSpec) -> Worker:
         "retries": spec.retries,
         "max_concurrency": spec.max_concurrency,
         "requests_per_minute": spec.requests_per_minute,
+        "framing": spec.framing,
     }
     if spec.description:  # otherwise built-in workers keep their own description
         common["description"] = spec.description

@@ -3,7 +3,8 @@ the ``Conductor`` (a DSPy module whose LM writes each workflow) and ``ConductorC
 
 from conductor.modules.programs._conductor import SELF_NAME, AskRevision, Conductor, ConductorReply
 from conductor.modules.programs._config import ConductorConfig, WorkerIds
-from conductor.modules.programs._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
+from conductor.modules.programs._program import PoolProgram, ProgramOptions
+from conductor.modules.workflow import DIRECT_SUBTASK
 
 __all__ = [
     "DIRECT_SUBTASK",

@@ -32,10 +32,10 @@ from conductor.errors import ConductorError, ConfigError, WorkflowError, invalid
 from conductor.modules import _threads
 from conductor.modules.pool import WorkerPool
 from conductor.modules.programs._config import ConductorConfig, named_role
-from conductor.modules.programs._program import DIRECT_SUBTASK, PoolProgram, ProgramOptions
+from conductor.modules.programs._program import PoolProgram, ProgramOptions
 from conductor.modules.run import Budget, Executor, RunError, RunResult, Usage
 from conductor.modules.workers import Price, context_window, lm_price, prompt_tokens
-from conductor.modules.workflow import Limits, Step, Workflow, WorkflowAdapter
+from conductor.modules.workflow import DIRECT_SUBTASK, Limits, Step, Workflow, WorkflowAdapter
 from conductor.signatures import Orchestrate, Revise
 
 logger = logging.getLogger(__name__)

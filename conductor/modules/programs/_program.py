@@ -22,8 +22,6 @@ from conductor.modules.workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: not text, and no model can encode it
-DIRECT_SUBTASK = "Answer the overall task directly and completely."
-"""The subtask of a step that answers the question on its own (a single worker, a sample, a fallback)."""
 
 
 class ProgramOptions(TypedDict, total=False):

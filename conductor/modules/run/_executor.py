@@ -1,9 +1,10 @@
 """The executor: runs a validated workflow over a pool within a budget, independent steps side by side.
 
 Each step's worker gets a plain-text prompt (its role's instructions; the overall task; the subtask and response of
-every earlier step its access list allows; its own subtask). A worker that raises or times out is retried with
-exponential backoff; a worker that keeps failing is cooled down and its fallbacks take its steps
-(``pool/_failover.py``). When no worker answers a step, no new step starts, running ones finish, and the run ends
+every earlier step its access list allows; its own subtask), or, for a worker whose framing is ``"plain"`` on a step
+that answers the whole question on its own, the question alone (``WorkerPromptAdapter``). A worker that raises or
+times out is retried with exponential backoff; a worker that keeps failing is cooled down and its fallbacks take its
+steps (``pool/_failover.py``). When no worker answers a step, no new step starts, running ones finish, and the run ends
 with the steps done so far and the reason.
 
 Steps start in workflow order, each once every step it sees has finished, at most ``max_parallel`` at a time; a step
@@ -55,8 +56,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _Step:
-    """A step ready to start: its trace and prompt, the workers it may try (with notes on those left out), and the
-    budget already held for the first of them. Once it ran, ``failure`` says why the run must stop, if it must."""
+    """A step ready to start: its trace and prompt (in the framing of the worker it tries), the workers it may try
+    (with notes on those left out), and the budget already held for the first of them. Once it ran, ``failure`` says
+    why the run must stop, if it must."""
 
     trace: StepTrace
     predictor: dspy.Predict
@@ -103,7 +105,7 @@ class Executor:
         self.backoff_s = backoff_s
         self.min_output_tokens = min_output_tokens
         self._sleep = sleep
-        self._adapter = WorkerPromptAdapter()
+        self._adapters = {framing: WorkerPromptAdapter(framing) for framing in WorkerPromptAdapter.FRAMINGS}
 
     def run(
         self,
@@ -212,10 +214,14 @@ class Executor:
         offered = {"question": question, "context": context, "subtask": step.subtask}
         fields = predictor.signature.input_fields  # a computed property: read it once
         inputs = {k: v for k, v in offered.items() if k in fields}
-        messages = self._adapter.format(predictor.signature, predictor.demos, inputs)
         workers, notes = route(self.pool, self.health, step.worker)
+        messages = self._messages(predictor, inputs, workers[0] if workers else self.pool[step.worker])
         hold = self._reserve(ledger, workers[0], trace, messages) if workers else None
         return _Step(trace, predictor, inputs, messages, workers, notes, hold)
+
+    def _messages(self, predictor: dspy.Predict, inputs: dict[str, str], worker: Worker) -> Messages:
+        """The prompt of a step with role ``predictor`` and ``inputs``, in ``worker``'s framing."""
+        return self._adapters[worker.framing].format(predictor.signature, predictor.demos, inputs)
 
     def _reserve(self, ledger: Ledger, worker: Worker, trace: StepTrace, messages: Messages) -> Hold:
         trace.prompt_tokens = worker.count_tokens(messages)
@@ -248,7 +254,8 @@ class Executor:
         trace, hold, notes = step.trace, step.hold, list(step.notes)
         started = time.perf_counter()
         for worker in step.workers:
-            if hold is None:  # a fallback: it needs its own reservation
+            if hold is None:  # a fallback: it needs its own prompt (its framing may differ) and reservation
+                step.messages = self._messages(step.predictor, step.inputs, worker)
                 try:
                     hold = self._reserve(ledger, worker, trace, step.messages)
                 except BudgetExceeded as exc:
@@ -269,7 +276,8 @@ class Executor:
                 else ledger.price(worker).cost(completion.input_tokens, completion.output_tokens)
             )
             overrun = ledger.settle(hold, completion, trace.cost)
-            trace.output = self._adapter.parse(step.predictor.signature, completion.text)[_output_field(step.predictor)]
+            parsed = self._adapters[worker.framing].parse(step.predictor.signature, completion.text)
+            trace.output = parsed[_output_field(step.predictor)]
             trace.answered_by = worker.name
             trace.fallback_reason = "; ".join(notes) or None
             if notes:

@@ -29,6 +29,7 @@ class ReplayWorker(Worker):
             temperature=worker.temperature,
             timeout_s=worker.timeout_s,
             retries=worker.retries,
+            framing=worker.framing,  # the executor words its steps as for the worker it replays
         )
         self.worker = worker
         self._answers: dict[str, Completion] = {}

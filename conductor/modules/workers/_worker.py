@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import functools
 import logging
 import math
@@ -24,6 +25,7 @@ from dspy.utils.usage_tracker import UsageTracker, track_usage
 from conductor.errors import ConfigError, WorkerError
 from conductor.modules import _threads
 from conductor.modules.workers._limits import CallLimits
+from conductor.modules.workflow import WorkerPromptAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +154,9 @@ class Worker(abc.ABC):
     - ``price`` is what its tokens cost, ``None`` when unknown. Tools and in-process models are free by construction
       (the default, ``FREE``); an ``LMWorker`` over an API model is priced from litellm's cost map unless given a
       price. A worker of unknown price can't run under a cost budget (the run ends with a budget error naming it).
+    - ``framing`` is how the executor words its steps (``WorkerPromptAdapter``): ``"task"`` (the default) gives every
+      step the role's instructions, the overall task and the subtask; ``"plain"`` sends a step that answers the whole
+      question on its own the question alone, as a user would call the model (other steps keep the task framing).
     """
 
     def __init__(
@@ -166,6 +171,7 @@ class Worker(abc.ABC):
         retries: int = 2,
         max_concurrency: int | None = None,
         requests_per_minute: float | None = None,
+        framing: str = "task",
     ):
         if not name:
             raise ValueError("a worker needs a name")
@@ -178,6 +184,7 @@ class Worker(abc.ABC):
         self.retries = retries
         self.limits = CallLimits(max_concurrency, requests_per_minute)
         """How many of its calls may be in flight and how often one may start, across every run that calls it."""
+        self.framing = _checked_framing(name, framing)
 
     @abc.abstractmethod
     def complete(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
@@ -205,11 +212,25 @@ class Worker(abc.ABC):
         """Prompt tokens of ``messages``; the default is a cautious estimate of 1 token per 3 characters."""
         return sum(math.ceil(len(m["content"]) / 3) + 4 for m in messages)
 
+    def with_framing(self, framing: str) -> Worker:
+        """A copy of this worker whose steps are worded in ``framing``. It shares the rest (its model or tool, its
+        limits, a ``ReplayWorker``'s answers); counts kept as plain numbers (a ``ReplayWorker``'s ``calls``) go on
+        separately in the copy."""
+        clone = copy.copy(self)
+        clone.framing = _checked_framing(self.name, framing)
+        return clone
+
     def close(self) -> None:  # noqa: B027 - optional hook, most workers hold nothing
         """Release what the worker holds (processes, models). Safe to call twice."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def _checked_framing(name: str, framing: str) -> str:
+    if framing not in WorkerPromptAdapter.FRAMINGS:
+        raise ConfigError(f"worker {name!r}: framing must be one of {WorkerPromptAdapter.FRAMINGS}, not {framing!r}")
+    return framing
 
 
 def chat_request(model: str, messages: Messages, **config: Any) -> Request:

@@ -4,6 +4,7 @@ back), its text format's vocabulary (the field names and the access keyword, whi
 (``WorkerPromptAdapter``) and the conductor's own (``WorkflowAdapter``)."""
 
 from conductor.modules.workflow._prompts import (
+    DIRECT_SUBTASK,
     INPUT_TITLES,
     WORKFLOW_FIELDS,
     WorkerPromptAdapter,
@@ -29,6 +30,7 @@ from conductor.modules.workflow._workflow import (
 __all__ = [
     "ACCESS_ALL",
     "ACCESS_LIST_FIELD",
+    "DIRECT_SUBTASK",
     "INPUT_TITLES",
     "LIST_NAMES",
     "MODEL_ID_FIELD",

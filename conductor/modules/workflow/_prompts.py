@@ -2,7 +2,8 @@
 
 Tiny local models can't emit DSPy's ``[[ ## field ## ]]`` markers, so:
 - ``WorkerPromptAdapter`` renders a role signature as a plain-text prompt and takes the whole completion as the
-  role's single output field;
+  role's single output field; under a worker's ``"plain"`` framing a step that answers the whole question on its own
+  is the question alone, as a user would ask the model;
 - ``WorkflowAdapter`` renders ``Orchestrate`` and reads the conductor's completion with the tolerant workflow parser.
 Both are ordinary ``dspy.Adapter``s, so instructions and few-shot demos set by DSPy optimizers flow through them.
 
@@ -22,7 +23,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from conductor.errors import WorkflowError
+from conductor.errors import ConfigError, WorkflowError
 from conductor.modules.workflow._workflow import (
     ACCESS_ALL,
     ACCESS_LIST_FIELD,
@@ -37,6 +38,24 @@ from conductor.modules.workflow._workflow import (
 WORKER_PREAMBLE = "You are solving one subtask within an overall task."
 INPUT_TITLES = {"question": "Overall task", "context": "Earlier steps", "subtask": "Your subtask"}
 """The title of each input's section in a worker's prompt (the tools that read the prompt find its parts by them)."""
+DIRECT_SUBTASK = "Answer the overall task directly and completely."
+"""The subtask of a step that answers the question on its own (a single worker, a sample, a fallback)."""
+WHOLE_QUESTION_SUBTASKS = frozenset(
+    {
+        DIRECT_SUBTASK.lower().rstrip("."),  # the library's own direct step
+        "all",  # what small conductors write for "the whole task"
+        "everything",
+        "the question",
+        "the whole question",
+        "the task",
+        "the whole task",
+        "the overall task",
+        "answer the question",
+        "answer the overall task",
+    }
+)
+"""Subtasks (lower case, without end punctuation) that ask for the whole question: a step given one of them, or the
+question itself, answers the question as it stands."""
 
 
 def _render_inputs(signature: type[dspy.Signature], inputs: dict[str, Any], titles: dict[str, str]) -> str:
@@ -50,12 +69,46 @@ def _render_inputs(signature: type[dspy.Signature], inputs: dict[str, Any], titl
     return "\n\n".join(parts)
 
 
+def asks_whole_question(inputs: dict[str, Any]) -> bool:
+    """Whether a step with these role inputs answers the question on its own: it sees no earlier step and its subtask
+    (if its role has one) is the whole question (``WHOLE_QUESTION_SUBTASKS``, or the question itself)."""
+    question, subtask = inputs.get("question"), inputs.get("subtask")
+    if not question or inputs.get("context"):
+        return False
+    if subtask is None:
+        return True
+    words = _plain_words(subtask)
+    return words in WHOLE_QUESTION_SUBTASKS or words == _plain_words(question)
+
+
+def _plain_words(text: Any) -> str:
+    return " ".join(str(text).lower().split()).strip(" .!:;")
+
+
 class WorkerPromptAdapter(dspy.Adapter):
-    """A role signature as a plain-text chat: instructions as the system message, the inputs as one user message."""
+    """A role signature as a plain-text chat: instructions as the system message, the inputs as one user message.
+
+    ``framing`` is the worker's (``Worker.framing``). ``"task"`` is the prompt above for every step. Under ``"plain"``
+    a step that answers the whole question on its own (``asks_whole_question``) is the question alone as the only
+    user message, as a user would call the model; any other step keeps the task framing, because it needs the titles
+    to tell the question from the earlier steps and its subtask. So does a role with demos: they were recorded as
+    task prompts, and the question alone would no longer be what a user sends."""
+
+    FRAMINGS = ("task", "plain")
+    """The framings a worker's prompt can take (``Worker.framing``)."""
+
+    def __init__(self, framing: str = "task", **kwargs: Any):
+        super().__init__(**kwargs)
+        if framing not in self.FRAMINGS:
+            raise ConfigError(f"framing must be one of {self.FRAMINGS}, not {framing!r}")
+        self.framing = framing
 
     def format(self, signature, demos, inputs):
+        demos = [demo for demo in demos if demo.get(self._output(signature)) is not None]
+        if self.framing == "plain" and not demos and asks_whole_question(inputs):
+            return [{"role": "user", "content": str(inputs["question"])}]
         messages = [{"role": "system", "content": signature.instructions}]
-        for demo in (demo for demo in demos if demo.get(self._output(signature)) is not None):
+        for demo in demos:
             messages.append({"role": "user", "content": self._user(signature, demo)})
             messages.append({"role": "assistant", "content": str(demo.get(self._output(signature), ""))})
         messages.append({"role": "user", "content": self._user(signature, inputs)})

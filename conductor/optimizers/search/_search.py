@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, WorkerPool
+from conductor.modules import Conductor, Worker, WorkerPool
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
@@ -61,6 +61,9 @@ class ProgramSearchConfig(pydantic.BaseModel):
     )
     samples: int = pydantic.Field(3, ge=0, description="answers of one model a combiner sees; below 2: no such shapes")
     pairs: bool = pydantic.Field(True, description="try every worker followed by every worker that checks it")
+    plain: bool = pydantic.Field(
+        True, description="also try each model alone asked the question as a user would; keep its better framing"
+    )
     templates: dict[str, tuple[tuple[TemplateStep, ...], ...]] = pydantic.Field(
         {}, description="optional hand-written workflows (name -> steps, by worker name) scored beside the space"
     )
@@ -98,6 +101,23 @@ class Outcome:
     def price(self) -> tuple[float, int, int]:
         """What ties are broken by: dollars, then steps (calls), then tokens."""
         return (self.cost, self.steps, self.tokens)
+
+
+@dataclass(frozen=True)
+class FramingChoice:
+    """A model's framing after the search: its single-step candidate's mean score in the task framing and alone under
+    the plain framing, on the ``questions`` both were scored on, and the framing kept (``"task"`` unless plain scored
+    higher)."""
+
+    worker: str
+    framing: str
+    task_score: float
+    plain_score: float
+    questions: int
+
+    def __str__(self) -> str:
+        scores = f"{self.plain_score:.2f} plain, {self.task_score:.2f} task"
+        return f"{self.worker} {self.framing} ({scores} on {self.questions} questions)"
 
 
 @dataclass
@@ -156,12 +176,15 @@ class SearchResult:
         on questions like it teaches that kind one workflow, where fewer tokens taught each question a different
         instruction (issue 25's navigate), and the best on average over every question sent the kind's unanswered
         questions to another kind's workflow. A question's own right answer still comes first: the only workflow
-        right on a rare kind of question is taught there, whatever its neighbours prefer."""
+        right on a rare kind of question is taught there, whatever its neighbours prefer.
+
+        A model's single step is taught only as scored in the framing the model keeps (``framings``): the other
+        framing's candidate of the same steps is left out, since the compiled pool runs those steps in the kept one."""
         row = self.outcomes[index]
         # the neighbours where every candidate scored on this question was scored too: means over the same questions
         hood = [self.outcomes[j] for j in self._neighbourhoods[index] if row.keys() <= self.outcomes[j].keys()]
         if not any(o.score > 0 for outcomes in hood for o in outcomes.values()):
-            return self.overall()
+            return [c for c in self._overall if c in self.taught]
         rank = {c.name: i for i, c in enumerate(self._overall)}
 
         def hood_mean(candidate: Candidate) -> float:
@@ -172,7 +195,34 @@ class SearchResult:
             hood = hood_mean(candidate)  # among the wrong ones, what does best on questions like this comes first
             return (candidate.name not in row, -own, -hood if own == 0 else 0.0, *_price(row, candidate)[:2], -hood)
 
-        return sorted(self.candidates, key=lambda c: (*preference(c), rank[c.name]))
+        return sorted(self.taught, key=lambda c: (*preference(c), rank[c.name]))
+
+    def framings(self) -> list[FramingChoice]:
+        """Each model's framing, where the search scored it alone under the plain framing: the framing in which its
+        direct step scored higher on the training questions both were scored on (``"task"`` on a tie)."""
+        return list(self._framings)
+
+    @functools.cached_property
+    def _framings(self) -> tuple[FramingChoice, ...]:
+        by_name, twins = {c.name: c for c in self.candidates}, _framing_twins(self.candidates)
+        choices = []
+        for plain in (c for c in self.candidates if c.framing == "plain"):
+            task = by_name[twins[plain.name]]
+            rows = [row for row in self.outcomes if plain.name in row and task.name in row]
+            task_score, plain_score = (
+                sum(row[c.name].score for row in rows) / max(len(rows), 1) for c in (task, plain)
+            )
+            framing = "plain" if plain_score > task_score else "task"
+            choices.append(FramingChoice(plain.steps[0].worker, framing, task_score, plain_score, len(rows)))
+        return tuple(choices)
+
+    @functools.cached_property
+    def taught(self) -> tuple[Candidate, ...]:
+        """The candidates the warm start may teach (and the oracle table shows): of each model's direct step in the
+        two framings, only the one in the framing the model keeps, since the compiled pool runs that step in it."""
+        kept = {choice.worker: choice.framing for choice in self._framings}
+        twins = _framing_twins(self.candidates)
+        return tuple(c for c in self.candidates if c.name not in twins or c.framing == kept[c.steps[0].worker])
 
     @functools.cached_property
     def _neighbourhoods(self) -> list[tuple[int, ...]]:
@@ -214,25 +264,26 @@ def program_search(
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
     replay = program.pool.replayed()
-    runner = rollout_program(program, replay)
+    runners = _runners(program, replay, candidates)
+    callers = [*replay, *(w for w in runners["plain"].pool if w not in replay)]  # plain copies count their own calls
     started, alive, rungs = time.perf_counter(), list(candidates), []
     size, exhausted = min(config.first_rung, len(order)), False
     with _progress(progress) as bar:
         while True:
             bar(f"rung {len(rungs) + 1}: {len(alive)} candidates on {size} questions", len(alive) * size)
             for i in order[:size]:
-                if not _fits(replay, store.cost, alive, config.max_worker_calls):
+                if not _fits(callers, store.cost, alive, config.max_worker_calls):
                     exhausted = True
                     break
-                _score_question(runner, examples[i], alive, metric, config, store, i)
-                store.save_cost(_spent(store.cost, replay, started))  # a killed search resumes with its cost so far
+                _score_question(runners, examples[i], alive, metric, config, store, i)
+                store.save_cost(_spent(store.cost, callers, started))  # a killed search resumes with its cost so far
                 bar(None, len(alive))
             rungs.append({"candidates": len(alive), "questions": size})
             if exhausted or size == len(order):
                 break
             alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
             size = min(len(order), size * config.eta)
-    spent = _spent(store.cost, replay, started)
+    spent = _spent(store.cost, callers, started)
     store.save_cost(spent)
     outcomes = [store.outcomes(i) for i in range(len(examples))]
     result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted, config.neighbours)
@@ -257,6 +308,7 @@ def _space(program: Conductor, config: ProgramSearchConfig, proposed: Sequence[s
         samples=config.samples,
         max_steps=program.limits.max_steps,
         pairs=config.pairs,
+        plain=config.plain,
     )
     names = set(program.pool.names)
     for name, alternatives in config.templates.items():
@@ -287,9 +339,16 @@ def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.E
     return list(trainset)
 
 
-def _spent(before: SearchCost, pool: WorkerPool, started: float) -> SearchCost:
+def _runners(program: Conductor, replay: WorkerPool, candidates: Sequence[Candidate]) -> dict[str, Conductor]:
+    """The program that runs the candidates of each framing: over ``replay``, and for the plain ones over ``replay``
+    with their models in the plain framing (copies that share the replayed answers)."""
+    plain = {c.steps[0].worker: "plain" for c in candidates if c.framing == "plain"}
+    return {"task": rollout_program(program, replay), "plain": rollout_program(program, replay.framed(plain))}
+
+
+def _spent(before: SearchCost, pool: Sequence[Worker], started: float) -> SearchCost:
     """What the search has spent in all: ``before`` (earlier runs of it) plus this run's calls through the replaying
-    ``pool`` and its time since ``started``."""
+    workers of ``pool`` and its time since ``started``."""
     return SearchCost(
         before.worker_calls + sum(w.calls for w in pool),
         before.tokens + sum(w.tokens for w in pool),
@@ -297,7 +356,7 @@ def _spent(before: SearchCost, pool: WorkerPool, started: float) -> SearchCost:
     )
 
 
-def _fits(pool: WorkerPool, spent: SearchCost, alive: Sequence[Candidate], budget: int | None) -> bool:
+def _fits(pool: Sequence[Worker], spent: SearchCost, alive: Sequence[Candidate], budget: int | None) -> bool:
     """Whether one more question fits the budget even if every survivor's every step were a new call."""
     if budget is None:
         return True
@@ -306,7 +365,7 @@ def _fits(pool: WorkerPool, spent: SearchCost, alive: Sequence[Candidate], budge
 
 
 def _score_question(
-    runner: Conductor,
+    runners: dict[str, Conductor],
     example: dspy.Example,
     alive: Sequence[Candidate],
     metric: Metric,
@@ -317,9 +376,9 @@ def _score_question(
     """Run every surviving candidate not yet scored on ``example`` and record each outcome (the metric's score,
     with a wrong answer and a failed run both 0)."""
     todo = [c for c in alive if c.name not in store.outcomes(index)]
-    names = runner.pool.names
-    jobs = [RolloutJob(example, template_workflow(c.steps, names)) for c in todo]
-    runs = run_and_score(runner, jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
+    names = runners["task"].pool.names
+    jobs = [RolloutJob(example, template_workflow(c.steps, names), program=runners[c.framing]) for c in todo]
+    runs = run_and_score(runners["task"], jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
     for candidate, run in zip(todo, runs, strict=True):
         reward = run.reward
         store.add(index, candidate, Outcome(reward.value, reward.steps, reward.tokens, reward.cost))
@@ -341,7 +400,16 @@ def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], e
         best = max(row[c.name].score for c in alive)
         if best > 0:
             keep.add(min((c for c in alive if row[c.name].score == best), key=lambda c: row[c.name].price).name)
+    twins = _framing_twins(alive)  # a model's direct step goes on in both framings, so they are compared on the same
+    keep |= {twins[name] for name in keep if name in twins}  # questions and the one it keeps was scored on them all
     return [c for c in alive if c.name in keep]
+
+
+def _framing_twins(candidates: Sequence[Candidate]) -> dict[str, str]:
+    """Each plain candidate's name to that of the task candidate of the same steps, and back."""
+    task = {c.steps: c.name for c in reversed(candidates) if c.framing == "task"}  # the first of equal steps
+    pairs = [(c.name, task[c.steps]) for c in candidates if c.framing == "plain" and c.steps in task]
+    return {**dict(pairs), **{twin: plain for plain, twin in pairs}}
 
 
 class _ScoreStore:

@@ -8,6 +8,8 @@ The shapes are those that multi-agent systems and the oracle study use (AFlow's 
 - each worker alone, with each first-step instruction (the default, answer directly, and any the user gives), and
   each model with each instruction the search proposes about the answer's form (a tool computes its answer as it
   is, so told the form it would answer the same);
+- each model alone under the ``"plain"`` framing (``"smollm2 (plain)"``): the question alone as a user would ask it,
+  so that compile can keep, per model, the framing its model answers better in (``SearchResult.framings``);
 - each worker, then each worker that sees it and checks it (a tool as it is; a model told to verify, or to refine);
 - ``k`` answers of one model, then each worker that sees them all combines them (a vote or check tool, or a model):
   self-consistency and Mixture-of-Agents in small.
@@ -37,10 +39,12 @@ COMBINE = "Give the final answer the candidates above support best."
 @dataclass(frozen=True)
 class Candidate:
     """One workflow of the search space, by worker name. ``name`` is unique in the space and reads as the shape
-    (``"gemma -> check"``, ``"smollm2 x3 -> vote"``)."""
+    (``"gemma -> check"``, ``"smollm2 x3 -> vote"``). ``framing`` is the framing its steps' workers answer in
+    (``Worker.framing``): ``"plain"`` for a model alone asked the question as a user would."""
 
     name: str
     steps: tuple[TemplateStep, ...]
+    framing: str = "task"
 
 
 def candidate_space(
@@ -51,16 +55,20 @@ def candidate_space(
     samples: int = 3,
     max_steps: int = 5,
     pairs: bool = True,
+    plain: bool = True,
 ) -> list[Candidate]:
     """Every candidate of the shapes above over ``pool``, at most ``max_steps`` steps each, in a fixed order (singles
-    first). ``subtasks`` are the first-step instructions tried (the first is the one the longer shapes open with),
-    ``proposed`` more of them tried on the models only;
-    ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones."""
+    first, then the models alone under the plain framing). ``subtasks`` are the first-step instructions tried (the
+    first is the one the longer shapes open with), ``proposed`` more of them tried on the models only;
+    ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones;
+    ``plain=False`` the plain-framed models (made only when ``subtasks`` holds ``DIRECT``, their task-framed twin)."""
     names, models = pool.names, [w.name for w in pool if not isinstance(w, ToolWorker)]
     out = []
     for name in names:
         tried = [*subtasks, *(s for s in proposed if name in models and s not in subtasks)]
         out += [_single(name, subtask, i, len(tried)) for i, subtask in enumerate(tried)]
+    if plain and DIRECT in subtasks:  # beside its twin: the same step in the task framing
+        out += [Candidate(f"{model} (plain)", (_direct(model, DIRECT),), framing="plain") for model in models]
     if pairs and max_steps >= 2:
         first = subtasks[0]
         for answerer in names:
