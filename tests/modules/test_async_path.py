@@ -89,7 +89,9 @@ def test_fifty_runs_over_api_workers_take_about_one_run_s_time_and_hold_no_threa
     predictions, fifty_s, extra_threads = runs(50)
     assert one.error is None and one.answer.startswith("echo:") and one_s >= 3 * LATENCY_S  # three calls in a row
     assert [p.error for p in predictions] == [None] * 50 and stub.requests - before == 150
-    assert fifty_s < 2 * one_s  # side by side, where one after another would take 50 runs' time
+    # side by side: one after another would take 50 runs' time, and the thread-bound path took 12.5 (4 threads); the
+    # margin is for a loaded machine (3.6 s against 1.6 s for one run has been seen under load)
+    assert fifty_s < 6 * one_s
     assert daemon_calls == []  # no call ran on a daemon thread
     assert extra_threads <= DSPY_HOP_THREADS  # not a thread per run or per call
 
