@@ -106,7 +106,7 @@ def fields_of(model: type) -> dict[str, FieldInfo]:
     """A pydantic model's fields, or a dataclass's as pydantic sees them."""
     if issubclass(model, pydantic.BaseModel):
         return model.model_fields
-    hints = typing.get_type_hints(model)
+    hints = typing.get_type_hints(model, include_extras=True)  # a field's description is in its Annotated
     return {
         field.name: FieldInfo.from_annotated_attribute(
             hints[field.name], PydanticUndefined if field.default is dataclasses.MISSING else field.default

@@ -5,11 +5,13 @@ generator that silently wrote nothing fails here."""
 from __future__ import annotations
 
 import html
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -56,6 +58,32 @@ def test_the_config_reference_holds_the_run_configs_fields(site: Path) -> None:
         for field in model.model_fields:
             assert field in text, f"{model.__name__}.{field}"
     assert ProgramSearchConfig.model_fields["max_worker_calls"].description in text
+
+
+def docs_hooks() -> ModuleType:
+    """``docs/hooks.py``, the generator of the reference pages, imported by path (``docs/`` is not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_field_on_the_config_page_has_a_description() -> None:
+    hooks = docs_hooks()
+    page = (ROOT / "docs" / "reference" / "config.md").read_text()
+    targets = [marker[2] for marker in hooks.MARKER.finditer(page) if marker[1] == "config-schema"]
+    assert "conductor.cli:RunConfig" in targets  # the markers are found: this test can fail
+    undescribed = []
+    for target in targets:
+        model = ""
+        for line in hooks.config_schema(target).splitlines():
+            if line.startswith("#"):
+                model = line.lstrip("# ")
+            elif line.startswith("| `"):  # a field's row: key, type, default, description
+                cells = re.split(r"(?<!\\)\|", line)  # a pipe escaped inside a cell doesn't end it
+                if not cells[-2].strip():
+                    undescribed.append(f"{target} {model}.{cells[1].strip()}")
+    assert not undescribed, "give these fields a pydantic.Field(description=...): " + ", ".join(undescribed)
 
 
 def test_the_api_reference_documents_the_public_names(site: Path) -> None:

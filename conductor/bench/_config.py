@@ -81,22 +81,26 @@ class _NoArgs(_Spec):
 
 
 class _MMLUArgs(_Spec):
-    subjects: list[str] | None = None
+    subjects: list[str] | None = pydantic.Field(
+        None, description="only the questions of these subjects (e.g. 'college mathematics'); None: all"
+    )
 
 
 class _BigbenchArgs(_Spec):
-    task: str
-    subtask: str | None = None
+    task: str = pydantic.Field(description="the BIG-bench task, e.g. 'arithmetic' or 'navigate'")
+    subtask: str | None = pydantic.Field(None, description="one of its subtasks; None: all of them")
 
 
 class _SimulatedArgs(_Spec):
-    family: str
+    family: str = pydantic.Field(description="the SIMULATED task family, e.g. 'math500' (labelled 'sim/math500')")
 
 
 class _FileArgs(DataFile):
     """A local data file (its path relative to the config file) and the metric that scores it."""
 
-    metric: MetricName = "exact"
+    metric: MetricName = pydantic.Field(
+        "exact", description=f"one of {list(BUILTIN_METRICS)}, or 'module:function'(example, prediction)"
+    )
 
 
 @dataclass(frozen=True)
@@ -140,54 +144,66 @@ DATASETS: dict[str, DatasetType] = {
 
 # ---- methods -------------------------------------------------------------------------------------------------------
 class _SingleArgs(_Spec):
-    worker: WorkerIndex = 0
+    worker: WorkerIndex = pydantic.Field(0, description="the index of the worker that answers")
 
 
 class _SelfConsistencyArgs(_Spec):
-    worker: WorkerIndex = 0
-    k: int = pydantic.Field(5, ge=1)
+    worker: WorkerIndex = pydantic.Field(0, description="the index of the worker sampled")
+    k: int = pydantic.Field(5, ge=1, description="samples, seeing nothing; their majority answer wins")
 
 
 class _MixtureArgs(_Spec):
-    proposers: list[WorkerIndex] | None = None
-    aggregator: WorkerIndex = 0
+    proposers: list[WorkerIndex] | None = pydantic.Field(
+        None, description="the indices of the workers that answer independently; None: every worker"
+    )
+    aggregator: WorkerIndex = pydantic.Field(0, description="the index of the worker that combines their answers")
 
 
 class _PlanSolveVerifyArgs(_Spec):
-    planner: WorkerIndex
-    solver: WorkerIndex
-    verifier: WorkerIndex
+    planner: WorkerIndex = pydantic.Field(description="the index of the worker that plans, seeing nothing")
+    solver: WorkerIndex = pydantic.Field(description="the index of the worker that solves following the plan")
+    verifier: WorkerIndex = pydantic.Field(
+        description="the index of the worker that verifies plan and solution and answers"
+    )
 
 
 class _SolveVerifyRefineArgs(_Spec):
-    solver: WorkerIndex
-    verifier: WorkerIndex
-    refiner: WorkerIndex
+    solver: WorkerIndex = pydantic.Field(description="the index of the worker that solves, seeing nothing")
+    verifier: WorkerIndex = pydantic.Field(description="the index of the worker that checks the solution")
+    refiner: WorkerIndex = pydantic.Field(
+        description="the index of the worker that improves the solution using the check and answers"
+    )
 
 
 class _RandomArgs(_Spec):
-    max_steps: int = pydantic.Field(5, ge=1)
+    max_steps: int = pydantic.Field(5, ge=1, description="the most steps of a random workflow")
 
 
 class _PipelineStepArgs(_Spec):
     """One step of a fixed workflow: its worker, role ("" is the default role), subtask, and the earlier steps it sees
     ("all", or their indices: [] for none)."""
 
-    worker: WorkerIndex
-    subtask: str = pydantic.Field(min_length=1)
-    role: str = ""
-    access: Literal["all"] | list[pydantic.NonNegativeInt] = "all"
+    worker: WorkerIndex = pydantic.Field(description="the index of the step's worker")
+    subtask: str = pydantic.Field(min_length=1, description="what the step asks its worker to do")
+    role: str = pydantic.Field("", description="the step's role; '': the default role")
+    access: Literal["all"] | list[pydantic.NonNegativeInt] = pydantic.Field(
+        "all", description="the earlier steps it sees: 'all', or their indices ([] for none)"
+    )
 
 
 class _PipelineArgs(_Spec):
-    steps: list[_PipelineStepArgs] = pydantic.Field(min_length=1)
+    steps: list[_PipelineStepArgs] = pydantic.Field(min_length=1, description="the workflow's steps, in order")
 
 
 class _RouterArgs(_Spec):
     lm: str = pydantic.Field(min_length=1, description="a model string (local/<name>, litellm) or a checkpoint folder")
-    max_tokens: int = pydantic.Field(384, gt=0)
-    temperature: float = pydantic.Field(0.0, ge=0)
-    fallback: Literal["first_worker", "none"] = "first_worker"
+    max_tokens: int = pydantic.Field(384, gt=0, description="the most tokens of one of the LM's replies")
+    temperature: float = pydantic.Field(0.0, ge=0, description="the LM's sampling temperature")
+    fallback: Literal["first_worker", "none"] = pydantic.Field(
+        "first_worker",
+        description="on an unusable reply: 'first_worker' asks worker 0 the question directly (still counted a "
+        "format error); 'none' returns no answer",
+    )
 
     @pydantic.field_validator("lm")
     @classmethod
@@ -197,7 +213,7 @@ class _RouterArgs(_Spec):
 
 
 class _ConductorArgs(_RouterArgs):
-    max_steps: int = pydantic.Field(5, ge=1)
+    max_steps: int = pydantic.Field(5, ge=1, description="the most steps a workflow may have")
     grammar: bool = pydantic.Field(False, description="decode under the workflow grammar (a local conductor LM)")
 
 
@@ -323,11 +339,17 @@ def _parse_args(
 class SimulatedPoolArgs(_Spec):
     """``simulated_pool``'s arguments: the paper's models by name (default: all 7) and the workers' settings."""
 
-    models: list[str] | None = None
-    copy_prob: float = pydantic.Field(0.5, ge=0, le=1)
-    correlation: float = pydantic.Field(0.9, ge=0, le=1)
-    max_tokens: int = pydantic.Field(4096, gt=0)
-    temperature: float = pydantic.Field(0.2, ge=0)
+    models: list[str] | None = pydantic.Field(
+        None, description=f"the paper's models by name, of {list(PAPER_MODELS)}; None: all, in the paper's order"
+    )
+    copy_prob: float = pydantic.Field(
+        0.5, ge=0, le=1, description="the chance that a step shown earlier answers copies their majority"
+    )
+    correlation: float = pydantic.Field(
+        0.9, ge=0, le=1, description="the share of a call's correctness decided by the task's difficulty, not chance"
+    )
+    max_tokens: int = pydantic.Field(4096, gt=0, description="each worker's most tokens of one answer")
+    temperature: float = pydantic.Field(0.2, ge=0, description="each worker's sampling temperature")
 
     @pydantic.field_validator("models")
     @classmethod
@@ -339,28 +361,38 @@ class SimulatedPoolArgs(_Spec):
 
 
 class SimulatedPool(_Spec):
-    simulated: SimulatedPoolArgs = SimulatedPoolArgs()
+    simulated: SimulatedPoolArgs = pydantic.Field(
+        SimulatedPoolArgs(), description="a pool of SIMULATED workers (`simulated_pool`) made with these arguments"
+    )
 
 
 class BudgetSpec(_Spec):
     """``Budget`` per run of a method; ``None`` is unlimited."""
 
-    max_steps: int | None = pydantic.Field(None, ge=1)
-    max_tokens: int | None = pydantic.Field(None, ge=1)
-    max_cost: float | None = pydantic.Field(None, gt=0)
-    max_tokens_per_step: int | None = pydantic.Field(None, ge=1)
+    max_steps: int | None = pydantic.Field(None, ge=1, description="the most steps a run may take")
+    max_tokens: int | None = pydantic.Field(
+        None, ge=1, description="the most prompt and completion tokens a run may spend, the conductor's included"
+    )
+    max_cost: float | None = pydantic.Field(None, gt=0, description="the most dollars a run may spend")
+    max_tokens_per_step: int | None = pydantic.Field(None, ge=1, description="caps each worker call's max_tokens")
 
 
 class DatasetSpec(_Spec):
     """``n`` examples of dataset ``name`` (a ``DATASETS`` key) loaded with ``args``; ``seed`` and ``part`` choose
     them. ``label`` names it in results (default: the name and the args' values, e.g. ``bigbench/arithmetic``)."""
 
-    name: Literal[tuple(DATASETS)]  # type: ignore[valid-type]
-    args: dict[str, Any] = {}
-    n: int = pydantic.Field(gt=0)
-    seed: int = 0
-    part: Part = "test"
-    label: str = ""
+    name: Literal[tuple(DATASETS)] = pydantic.Field(  # type: ignore[valid-type]
+        description="the dataset (its `args` are listed by name below)"
+    )
+    args: dict[str, Any] = pydantic.Field({}, description="the dataset's arguments")
+    n: int = pydantic.Field(gt=0, description="how many examples")
+    seed: int = pydantic.Field(
+        0, description="the seed of the benchmark's train / val / test split, or of a generated dataset's items"
+    )
+    part: Part = pydantic.Field(
+        "test", description="the split the examples come from ('all': the whole benchmark); not for generated ones"
+    )
+    label: str = pydantic.Field("", description="its name in results; '': the name and the args' values")
     _parsed: pydantic.BaseModel = pydantic.PrivateAttr()
 
     @pydantic.model_validator(mode="after")
@@ -390,10 +422,12 @@ class DatasetSpec(_Spec):
 class MethodSpec(_Spec):
     """A method to compare: ``type`` (a ``METHODS`` key) with its ``args``, named ``name`` in results."""
 
-    name: str = pydantic.Field(min_length=1)
-    type: Literal[tuple(METHODS)]  # type: ignore[valid-type]
-    args: dict[str, Any] = {}
-    budget: BudgetSpec = BudgetSpec()
+    name: str = pydantic.Field(min_length=1, description="the method's name in results")
+    type: Literal[tuple(METHODS)] = pydantic.Field(  # type: ignore[valid-type]
+        description="the method type (its `args` are listed by type below)"
+    )
+    args: dict[str, Any] = pydantic.Field({}, description="the method type's arguments")
+    budget: BudgetSpec = pydantic.Field(BudgetSpec(), description="the limits of each of its runs")
     _parsed: _Spec = pydantic.PrivateAttr()
 
     @pydantic.model_validator(mode="after")
@@ -415,13 +449,17 @@ def _unique(values: Sequence[str], what: str) -> None:
 class BenchConfig(_Spec):
     """What to run: every method on every dataset for every seed, ``threads`` units at once, results in ``output``."""
 
-    title: str = "Benchmark"
-    pool: str | SimulatedPool = "default"
-    datasets: list[DatasetSpec] = pydantic.Field(min_length=1)
-    methods: list[MethodSpec] = pydantic.Field(min_length=1)
-    seeds: list[int] = pydantic.Field([0], min_length=1)
-    threads: int = pydantic.Field(1, ge=1)
-    output: ConfigPath
+    title: str = pydantic.Field("Benchmark", description="the results report's title")
+    pool: str | SimulatedPool = pydantic.Field(
+        "default", description="'default' (the embedded local pool), a pool file, or a simulated pool"
+    )
+    datasets: list[DatasetSpec] = pydantic.Field(min_length=1, description="the datasets every method runs on")
+    methods: list[MethodSpec] = pydantic.Field(min_length=1, description="the methods compared")
+    seeds: list[int] = pydantic.Field(
+        [0], min_length=1, description="run seeds: every method runs on every dataset once per seed"
+    )
+    threads: int = pydantic.Field(1, ge=1, description="units (a method on one example for one seed) run at once")
+    output: ConfigPath = pydantic.Field(description="the results folder")
     ray: str | None = pydantic.Field(
         None,
         min_length=1,

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 class LoraSection(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    r: int = pydantic.Field(16, ge=1)
-    alpha: int = pydantic.Field(32, ge=1)
+    r: int = pydantic.Field(16, ge=1, description="the LoRA adapter's rank")
+    alpha: int = pydantic.Field(32, ge=1, description="LoRA's scale: the adapter's update is multiplied by alpha / r")
 
 
 class ProgramSection(pydantic.BaseModel):
@@ -53,14 +53,17 @@ class ProgramSection(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
     pool: str = pydantic.Field("default", description="'default' (the embedded local pool) or a pool file")
-    conductor: str = "local/smollm2-135m-instruct"
-    max_steps: int = pydantic.Field(5, ge=1)
+    conductor: str = pydantic.Field(
+        "local/smollm2-135m-instruct",
+        description="the conductor LM: 'tiny', 'local/<name>' or a model folder (trainable), or a litellm model string",
+    )
+    max_steps: int = pydantic.Field(5, ge=1, description="the most steps a workflow may have")
     max_depth: int = pydantic.Field(0, ge=0, description="recursive rounds the conductor may add")
     worker_ids: WorkerIds = pydantic.Field(
         "numbers", description="'numbers' (Model 2, the paper's) or 'names': how workflows name workers"
     )
     max_tokens: int = pydantic.Field(384, ge=1, description="the conductor's longest workflow outside training")
-    lora: LoraSection = LoraSection()
+    lora: LoraSection = pydantic.Field(LoraSection(), description="the LoRA adapter a trainable conductor trains")
     grammar: bool = pydantic.Field(
         False, description="decode only valid workflows, in training and after (needs xgrammar)"
     )
@@ -99,14 +102,16 @@ class DataSection(pydantic.BaseModel):
     loader: str | None = pydantic.Field(
         None, pattern=r"^[\w.]+:[\w.]+$", description="'module:function' returning dspy.Examples"
     )
-    args: dict[str, Any] = {}
+    args: dict[str, Any] = pydantic.Field({}, description="keyword arguments of `loader` (a `file` takes none)")
     file: DataFile | None = pydantic.Field(None, description="a JSONL, CSV or Parquet file of questions and answers")
     metric: MetricName = pydantic.Field(
         "exact", description=f"one of {list(BUILTIN_METRICS)}, or 'module:function'(example, prediction)"
     )
     n: int | None = pydantic.Field(None, ge=1, description="use only the first n examples")
-    seed: int = 0
-    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    seed: int = pydantic.Field(0, description="the seed that shuffles the examples before they are split")
+    fractions: tuple[float, float, float] = pydantic.Field(
+        (0.6, 0.2, 0.2), description="the shares of train, validation and test, summing to at most 1 (the rest unused)"
+    )
 
     @pydantic.field_validator("fractions")
     @classmethod
@@ -160,16 +165,26 @@ class RunConfig(pydantic.BaseModel):
     """One config file; ``grpo`` takes ``GRPOConfig``'s fields, its ``output_dir`` being this one's."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
-    program: ProgramSection = ProgramSection()
-    data: DataSection
+    program: ProgramSection = pydantic.Field(ProgramSection(), description="the pool and the conductor")
+    data: DataSection = pydantic.Field(description="the examples, the metric that scores them and their split")
     search: ProgramSearchConfig | None = pydantic.Field(
         None, description="program search: candidate workflows scored on the train split, the winners taught"
     )
-    template_warm_start: TemplateWarmStartConfig | None = None
-    expert_iteration: ExpertIterationConfig | None = None
-    grpo: GRPOConfig | None = None
-    compile: CompileSection | None = None
-    output_dir: ConfigPath
+    template_warm_start: TemplateWarmStartConfig | None = pydantic.Field(
+        None, description="a fine-tune on hand-written workflows per label (trainable conductor); None: none"
+    )
+    expert_iteration: ExpertIterationConfig | None = pydantic.Field(
+        None, description="sample workflows, fine-tune on those that scored (trainable conductor); None: none"
+    )
+    grpo: GRPOConfig | None = pydantic.Field(
+        None, description="GRPO training of the conductor (`train`, `compile`); None: none (`train` needs it)"
+    )
+    compile: CompileSection | None = pydantic.Field(
+        None, description="the rounds and phases of `conductor compile`; None: CompileSection's defaults"
+    )
+    output_dir: ConfigPath = pydantic.Field(
+        description="the folder for metrics, checkpoints and the trained program (relative to the config file)"
+    )
     ray: str | None = pydantic.Field(
         None, min_length=1, description="score (eval, compile) on the Ray cluster at this address; None: here"
     )

@@ -59,12 +59,22 @@ class KeySpec(pydantic.BaseModel):
     """One API key: its id, its hash, the workers it may use and its budgets (see the module docstring)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    id: str = pydantic.Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
-    hash: str = pydantic.Field(pattern=rf"^{HASH_PREFIX}[0-9a-f]{{64}}$")
-    workers: tuple[str, ...] | None = None
-    budget: Budget = Budget()
-    daily_cost: float | None = pydantic.Field(None, gt=0)
-    daily_tokens: int | None = pydantic.Field(None, gt=0)
+    id: str = pydantic.Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$",
+        description="the key's name in logs, errors and the audit log; not a secret",
+    )
+    hash: str = pydantic.Field(
+        pattern=rf"^{HASH_PREFIX}[0-9a-f]{{64}}$",
+        description="'sha256:<hex>' of the key; the key itself is never stored",
+    )
+    workers: tuple[str, ...] | None = pydantic.Field(None, description="the workers its requests may use; None: all")
+    budget: Budget = pydantic.Field(Budget(), description="the limits of each request; the server's own still apply")
+    daily_cost: float | None = pydantic.Field(
+        None, gt=0, description="dollars per UTC day, over all its requests (needs budget.max_cost); None: no limit"
+    )
+    daily_tokens: int | None = pydantic.Field(
+        None, gt=0, description="tokens per UTC day, over all its requests (needs budget.max_tokens); None: no limit"
+    )
 
     @pydantic.field_validator("budget")
     @classmethod

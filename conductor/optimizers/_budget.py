@@ -48,12 +48,22 @@ class BudgetSpace(pydantic.BaseModel):
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    max_steps: tuple[pydantic.PositiveInt, pydantic.PositiveInt] = (1, 5)
-    max_tokens_per_step: tuple[pydantic.PositiveInt, pydantic.PositiveInt] | None = (64, 2048)
-    temperature: tuple[pydantic.NonNegativeFloat, pydantic.NonNegativeFloat] | None = (0.0, 1.0)
-    cost_penalty: tuple[pydantic.NonNegativeFloat, pydantic.NonNegativeFloat] | None = None
-    recursion_depth: tuple[pydantic.NonNegativeInt, pydantic.NonNegativeInt] | None = None
-    choose_workers: bool = False
+    max_steps: tuple[pydantic.PositiveInt, pydantic.PositiveInt] = pydantic.Field(
+        (1, 5), description="the range of the most steps a workflow may have"
+    )
+    max_tokens_per_step: tuple[pydantic.PositiveInt, pydantic.PositiveInt] | None = pydantic.Field(
+        (64, 2048), description="the range of each worker call's most tokens (a log scale); None: not searched"
+    )
+    temperature: tuple[pydantic.NonNegativeFloat, pydantic.NonNegativeFloat] | None = pydantic.Field(
+        (0.0, 1.0), description="the range of the conductor's sampling temperature; None: not searched"
+    )
+    cost_penalty: tuple[pydantic.NonNegativeFloat, pydantic.NonNegativeFloat] | None = pydantic.Field(
+        None, description="the range of RewardConfig's penalty per dollar, recorded for training; None: not searched"
+    )
+    recursion_depth: tuple[pydantic.NonNegativeInt, pydantic.NonNegativeInt] | None = pydantic.Field(
+        None, description="the range of the Conductor's max_depth (recursive rounds); None: not searched"
+    )
+    choose_workers: bool = pydantic.Field(False, description="also search which workers of the pool each trial keeps")
 
     @pydantic.model_validator(mode="after")
     def _ordered(self) -> BudgetSpace:

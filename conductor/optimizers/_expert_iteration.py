@@ -71,11 +71,13 @@ class ExpertIterationConfig(pydantic.BaseModel):
         "label's samples as a whole, with 95% confidence (the Wilson interval's low end above the label's share): on "
         "a family the workers answer at chance, a workflow that scored once is noise",
     )
-    temperature: float = pydantic.Field(1.0, gt=0)
+    temperature: float = pydantic.Field(1.0, gt=0, description="the conductor's sampling temperature")
     max_new_tokens: int = pydantic.Field(256, ge=1, description="most tokens of a sampled workflow")
     max_parallel_rollouts: int = pydantic.Field(8, ge=1, description="sampled workflows run at once over the pool")
-    seed: int = 0
-    warm_start: WarmStartConfig = WarmStartConfig(steps=40)
+    seed: int = pydantic.Field(0, description="the seed of the sampling and of the order workflows are trained in")
+    warm_start: WarmStartConfig = pydantic.Field(
+        WarmStartConfig(steps=40), description="the fine-tune on the kept workflows"
+    )
 
 
 @dataclass(frozen=True)

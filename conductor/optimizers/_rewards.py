@@ -26,9 +26,11 @@ class RewardConfig(pydantic.BaseModel):
     """How outcomes become rewards. The defaults are the paper's (0 / 0.5 / 1, no penalties)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    format_error: float = 0.0
-    wrong: float = 0.5
-    right: float = 1.0
+    format_error: float = pydantic.Field(0.0, description="the reward of an unusable workflow (a format error)")
+    wrong: float = pydantic.Field(
+        0.5, description="the reward of a metric of 0; a score between 0 and 1 earns in proportion up to `right`"
+    )
+    right: float = pydantic.Field(1.0, description="the reward of a metric of 1 (a right answer)")
     failed: float | None = pydantic.Field(
         None,
         description="for a run that stopped with an error and no answer (a worker failed, the budget ran out); "

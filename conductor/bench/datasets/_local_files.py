@@ -66,7 +66,7 @@ class DataFile(pydantic.BaseModel):
     config file)."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
-    path: ConfigPath
+    path: ConfigPath = pydantic.Field(description="the JSONL, CSV or Parquet file, relative to the config file")
     format: Format | None = pydantic.Field(None, description="default: from the file's suffix")
     inputs: list[str] = pydantic.Field(["question"], min_length=1, description="the fields that make the question")
     answer: str = pydantic.Field("answer", min_length=1, description="the field holding the answer")

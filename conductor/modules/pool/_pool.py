@@ -37,34 +37,66 @@ BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
 
 class PriceSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    input_per_1k: float = pydantic.Field(0.0, ge=0, allow_inf_nan=False)
-    output_per_1k: float = pydantic.Field(0.0, ge=0, allow_inf_nan=False)
+    input_per_1k: float = pydantic.Field(0.0, ge=0, allow_inf_nan=False, description="dollars per 1,000 prompt tokens")
+    output_per_1k: float = pydantic.Field(
+        0.0, ge=0, allow_inf_nan=False, description="dollars per 1,000 completion tokens"
+    )
 
 
 class WorkerSpec(pydantic.BaseModel):
     """One worker of a pool config. ``kind`` decides which of ``model`` / ``tool`` it needs."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
-    name: str = pydantic.Field(min_length=1)
-    kind: Literal["lm", "local", "tool"]
-    model: str | None = None
-    tool: str | None = None
-    description: str = ""
-    price: PriceSpec | None = None  # None: free for tools and local models, litellm's price for `lm` workers
-    max_tokens: int = pydantic.Field(512, gt=0)
-    temperature: float = pydantic.Field(0.2, ge=0)
-    timeout_s: float = pydantic.Field(120.0, gt=0)
-    retries: int = pydantic.Field(2, ge=0)
-    max_concurrency: int | None = pydantic.Field(None, gt=0)  # its calls in flight at once, across runs
-    requests_per_minute: float | None = pydantic.Field(None, gt=0)  # its call starts, evenly spaced
-    cache: bool = False  # `lm` workers: DSPy's cache answers a repeated identical call, at no cost (training)
-    api_key_env: str | None = None
-    api_base: str | None = None
-    fallbacks: list[str] = []
-    isolation: Literal["bwrap", "none"] = "bwrap"  # the python and check tools' sandbox; "none" runs code unisolated
-    replay: bool = False  # answer a prompt seen before with the same completion (experiments: methods share samples)
-    # models: "plain" sends a step that answers the whole question on its own the question alone (Worker.framing)
-    framing: Literal[WorkerPromptAdapter.FRAMINGS] = "task"  # type: ignore[valid-type]
+    name: str = pydantic.Field(min_length=1, description="the worker's name, unique in the pool")
+    kind: Literal["lm", "local", "tool"] = pydantic.Field(
+        description="'lm': a litellm model; 'local': an embedded local model; 'tool': a tool (see `tool`)"
+    )
+    model: str | None = pydantic.Field(
+        None, description="an 'lm' worker's litellm model string, or a 'local' worker's model name; needed by both"
+    )
+    tool: str | None = pydantic.Field(
+        None, description=f"a 'tool' worker's tool: one of {BUILTIN_TOOLS} or 'module:function'"
+    )
+    description: str = pydantic.Field(
+        "", description="what the worker does, shown to the conductor with `show_descriptions`; '': a built-in's own"
+    )
+    price: PriceSpec | None = pydantic.Field(
+        None, description="what its tokens cost; None: free for tools and local models, litellm's price for 'lm'"
+    )
+    max_tokens: int = pydantic.Field(512, gt=0, description="the most tokens of one of its answers")
+    temperature: float = pydantic.Field(0.2, ge=0, description="its sampling temperature")
+    timeout_s: float = pydantic.Field(120.0, gt=0, description="seconds one call may take before it fails")
+    retries: int = pydantic.Field(2, ge=0, description="retries of a failed call, with exponential backoff; 0: none")
+    max_concurrency: int | None = pydantic.Field(
+        None, gt=0, description="its calls in flight at once, across runs; None: no limit"
+    )
+    requests_per_minute: float | None = pydantic.Field(
+        None, gt=0, description="its call starts per minute, evenly spaced; None: no limit"
+    )
+    cache: bool = pydantic.Field(
+        False, description="'lm' workers: DSPy's cache answers a repeated identical call, at no cost (training)"
+    )
+    api_key_env: str | None = pydantic.Field(
+        None, description="the environment variable holding an 'lm' worker's API key (keys are never in the file)"
+    )
+    api_base: str | None = pydantic.Field(
+        None, description="an 'lm' worker's API base URL (e.g. a self-hosted server); None: litellm's default"
+    )
+    fallbacks: list[str] = pydantic.Field(
+        [], description="other workers of the pool that take its steps while it fails, in order"
+    )
+    isolation: Literal["bwrap", "none"] = pydantic.Field(
+        "bwrap", description="the python and check tools' sandbox: bubblewrap, or 'none', which runs code unisolated"
+    )
+    replay: bool = pydantic.Field(
+        False,
+        description="answer a prompt seen before with the same completion (experiments: methods share samples)",
+    )
+    framing: Literal[WorkerPromptAdapter.FRAMINGS] = pydantic.Field(  # type: ignore[valid-type]
+        "task",
+        description="models: 'task' words each step with the role's instructions, the task and the subtask; 'plain' "
+        "sends a step that answers the whole question on its own the question alone (Worker.framing)",
+    )
 
     @pydantic.model_validator(mode="after")
     def _kind_needs(self) -> WorkerSpec:
@@ -83,8 +115,12 @@ class WorkerSpec(pydantic.BaseModel):
 
 class PoolSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    workers: list[WorkerSpec] = pydantic.Field(min_length=1)
-    show_descriptions: bool = False
+    workers: list[WorkerSpec] = pydantic.Field(
+        min_length=1, description="the workers, in the order the conductor numbers them (Model 0, Model 1, ...)"
+    )
+    show_descriptions: bool = pydantic.Field(
+        False, description="show the conductor each worker's description beside its id; false: ids only (the paper)"
+    )
 
     @pydantic.model_validator(mode="after")
     def _unique_names(self) -> PoolSpec:

@@ -11,7 +11,9 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Annotated, Literal
+
+import pydantic
 
 from conductor.errors import ConfigError
 from conductor.modules.workflow import Workflow
@@ -43,10 +45,14 @@ class Budget:
     free workers run). Tokens count prompt and completion tokens of every step and of the conductor LM's own calls.
     A limit that is negative, NaN, infinite or not a number is refused with a ``ConfigError``."""
 
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    max_tokens_per_step: int | None = None  # caps each worker's own max_tokens
+    max_steps: Annotated[int | None, pydantic.Field(description="the most steps a run may take")] = None
+    max_tokens: Annotated[
+        int | None, pydantic.Field(description="the most prompt and completion tokens, the conductor LM's included")
+    ] = None
+    max_cost: Annotated[float | None, pydantic.Field(description="the most dollars a run may spend")] = None
+    max_tokens_per_step: Annotated[
+        int | None, pydantic.Field(description="caps each worker's own max_tokens (its longest answer)")
+    ] = None
 
     def __post_init__(self) -> None:
         problems = []

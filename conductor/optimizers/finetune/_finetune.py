@@ -55,10 +55,10 @@ class WarmStartConfig(pydantic.BaseModel):
     )
     lr: float = pydantic.Field(1e-3, gt=0, description="peak learning rate (AdamW), reached after warmup")
     warmup_ratio: float = pydantic.Field(0.1, ge=0, lt=1, description="share of optimizer steps warming up linearly")
-    weight_decay: float = pydantic.Field(0.0, ge=0)
+    weight_decay: float = pydantic.Field(0.0, ge=0, description="AdamW's weight decay")
     max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None turns it off")
     max_length: int = pydantic.Field(1024, ge=2, description="most prompt + completion tokens of one example")
-    seed: int = 0
+    seed: int = pydantic.Field(0, description="the seed of the batches' order (and of LoRA dropout)")
 
 
 @dataclass(frozen=True)

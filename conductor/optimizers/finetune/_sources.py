@@ -112,9 +112,11 @@ class TemplateStep(pydantic.BaseModel):
     """One step of a workflow template: a worker by name, its subtask, and the earlier steps it sees."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    worker: str = pydantic.Field(min_length=1)
-    subtask: str = pydantic.Field(min_length=1)
-    access: Literal["all"] | tuple[pydantic.NonNegativeInt, ...] = "all"
+    worker: str = pydantic.Field(min_length=1, description="the worker's name in the pool")
+    subtask: str = pydantic.Field(min_length=1, description="what the step asks its worker to do")
+    access: Literal["all"] | tuple[pydantic.NonNegativeInt, ...] = pydantic.Field(
+        "all", description="the earlier steps it sees: 'all', or their indices ([] for none)"
+    )
 
 
 Template = Sequence[TemplateStep]
@@ -229,8 +231,8 @@ class TemplateWarmStartConfig(pydantic.BaseModel):
     label: str = pydantic.Field("family", description="the example field whose value picks the template")
     pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (and so examples) per question")
     min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
-    seed: int = 0
-    training: WarmStartConfig = WarmStartConfig(steps=40)
+    seed: int = pydantic.Field(0, description="the seed that draws the random pools")
+    training: WarmStartConfig = pydantic.Field(WarmStartConfig(steps=40), description="the fine-tune's settings")
 
     @pydantic.field_validator("templates", mode="before")
     @classmethod

@@ -36,8 +36,10 @@ class GRPOConfig(pydantic.BaseModel):
         "sampling); each round costs another rollout per workflow; 0: train on the batch as drawn",
     )
     lr: float = pydantic.Field(1e-5, gt=0, description="peak learning rate (AdamW)")
-    weight_decay: float = pydantic.Field(0.0, ge=0)
-    schedule: Literal["cosine", "constant"] = "cosine"
+    weight_decay: float = pydantic.Field(0.0, ge=0, description="AdamW's weight decay")
+    schedule: Literal["cosine", "constant"] = pydantic.Field(
+        "cosine", description="the learning rate after warmup: cosine decay towards 0, or constant"
+    )
     warmup_ratio: float = pydantic.Field(0.03, ge=0, lt=1, description="share of optimizer steps warming up linearly")
     max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None: none")
     clip: float = pydantic.Field(0.2, gt=0, lt=1, description="PPO ratio clip epsilon")
@@ -48,7 +50,7 @@ class GRPOConfig(pydantic.BaseModel):
     )
     advantage_eps: float = pydantic.Field(1e-4, gt=0, description="added to a group's reward std")
     temperature: float = pydantic.Field(1.0, gt=0, description="conductor sampling temperature")
-    top_p: float = pydantic.Field(1.0, gt=0, le=1)
+    top_p: float = pydantic.Field(1.0, gt=0, le=1, description="nucleus sampling's probability mass; 1: all tokens")
     max_new_tokens: int = pydantic.Field(256, ge=1, description="longest workflow the conductor may write")
     randomise_pool: bool = pydantic.Field(True, description="each example sees a random k-of-n subset, shuffled")
     min_pool_size: int = pydantic.Field(1, ge=1, description="smallest k with randomise_pool")
@@ -69,8 +71,8 @@ class GRPOConfig(pydantic.BaseModel):
     checkpoint_every: int = pydantic.Field(1, ge=1, description="steps between checkpoints (and after the last)")
     keep_checkpoints: int = pydantic.Field(2, ge=1, description="the newest checkpoints kept; older ones are removed")
     resume: bool = pydantic.Field(False, description="continue from the newest checkpoint in output_dir")
-    seed: int = 0
-    reward: RewardConfig = RewardConfig()
+    seed: int = pydantic.Field(0, description="the seed of sampling, random pools, the data's order and torch")
+    reward: RewardConfig = pydantic.Field(RewardConfig(), description="how a rollout's outcome becomes its reward")
     progress: bool = pydantic.Field(True, description="a progress bar on stderr")
 
     @pydantic.model_validator(mode="after")

@@ -74,13 +74,15 @@ class ProgramSearchConfig(pydantic.BaseModel):
     label: str | None = pydantic.Field(
         None, description="an example field that names its kind (a task family) for the oracle table; None: groups"
     )
-    seed: int = 0
+    seed: int = pydantic.Field(0, description="the seed that shuffles the questions before the first rung")
     pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (warm-start examples) a question")
     min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
     neighbours: int = pydantic.Field(
         5, ge=1, description="questions whose scores pick what each is taught: itself and the most alike by words"
     )
-    training: WarmStartConfig = WarmStartConfig(steps=40)
+    training: WarmStartConfig = pydantic.Field(
+        WarmStartConfig(steps=40), description="the fine-tune that teaches the conductor what the search found"
+    )
 
     @pydantic.field_validator("templates", mode="before")
     @classmethod
