@@ -87,7 +87,8 @@ def configure_logging(verbose: bool) -> None:
         logger = logging.getLogger(name)
         logger.setLevel(logging.NOTSET if verbose else logging.ERROR)
         for own in logger.handlers:  # dspy's warns on every truncated LM call
-            own.addFilter(repeated_warnings)
+            if own not in root.handlers:  # a library may share the root's (a test's log capture among them)
+                own.addFilter(repeated_warnings)
     if not verbose:  # transformers and huggingface_hub read these when imported
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -85,3 +85,18 @@ def test_a_repeated_library_warning_is_printed_once_with_its_count(
     assert err.count(TRUNCATED) == 2, err  # shown once, then counted once at the end
     assert err.splitlines()[-1] == f"WARNING (3 times, shown once) {TRUNCATED}"
     assert "INFO " in err and "questions answered" in err  # -v adds the log; the bar stays
+
+
+def test_the_cli_puts_its_once_only_filter_on_no_handler_of_the_root(cli_logging) -> None:
+    # a library whose logger shares the root's handlers (as one did in the test suite): the filter would reach them,
+    # and a test's log capture would miss every warning it had seen before
+    root, dspy_logger = logging.getLogger(), logging.getLogger("dspy")
+    capture, own = logging.Handler(), dspy_logger.handlers
+    root.addHandler(capture)
+    dspy_logger.handlers = root.handlers
+    try:
+        configure_logging(verbose=False)
+        assert capture.filters == []
+    finally:
+        dspy_logger.handlers = own
+        root.removeHandler(capture)
