@@ -266,35 +266,22 @@ def test_the_report_groups_unlabelled_questions_by_winner_and_labelled_ones_by_l
 
 
 # ---- teaching --------------------------------------------------------------------------------------------------------
-def test_teaching_falls_back_only_to_a_candidate_right_on_the_question() -> None:
+def test_teaching_falls_back_to_the_best_candidate_a_random_pool_can_run() -> None:
     pool = WorkerPool(workers())
     program = Conductor(pool, max_steps=2)
     trainset = questions(range(3))
     result = program_search(program, trainset, right, ProgramSearchConfig(samples=0))
     examples = searched_workflows(pool, result, pools_per_question=8, seed=1)
     assert len(examples) == 8 * len(trainset)
+    taught = {}
     for inputs, workflow, subpool in examples:
         family = family_of(dspy.Example(**inputs))
         names = tuple(subpool.names[s.worker] for s in workflow.steps)
         if set(RIGHT_SHAPE[family]) <= set(subpool.names):
             assert names == RIGHT_SHAPE[family], (family, subpool.names, names)
-        else:  # no other workflow answers a shout question: every pool it is taught in holds its pair
-            assert family != "shout", (subpool.names, names)
-
-    # where another candidate is right too, a pool without the winner's workers is taught it; a pool that can run
-    # only wrong ones is drawn again, never taught a wrong workflow
-    pair = Candidate("pair", (TemplateStep(worker="reverse", subtask="r"), TemplateStep(worker="shout", subtask="s")))
-    paid, wrong = (
-        Candidate(n, (TemplateStep(worker=w, subtask=n),)) for n, w in (("paid", "add"), ("wrong", "reverse"))
-    )
-    outcomes = [{"pair": Outcome(1.0, 2, 20, 0.0), "paid": Outcome(1.0, 1, 10, 1.0), "wrong": Outcome(0.0, 1, 5, 0.0)}]
-    found = SearchResult([pair, paid, wrong], [example("shout", 0)], outcomes, SearchCost())
-    taught = {
-        (tuple(sorted(subpool.names)), tuple(subpool.names[s.worker] for s in workflow.steps))
-        for _, workflow, subpool in searched_workflows(pool, found, pools_per_question=40, seed=0)
-    }
-    assert {names for _, names in taught} == {("reverse", "shout"), ("add",)}
-    assert all(names == ("add",) for members, names in taught if "shout" not in members or "reverse" not in members)
+        taught.setdefault(family, set()).add(names)
+    # a pool without "shout" can't run the shout kind's pair: it is taught the next best the pool can run
+    assert len(taught["shout"]) > 1
 
 
 def test_questions_no_candidate_answers_are_taught_the_best_on_average() -> None:

@@ -17,21 +17,14 @@ def searched_workflows(
     seed: int = 0,
 ) -> list[TrainingExample]:
     """``pools_per_question`` ``(inputs, workflow, pool)`` examples per question of ``result``: each pool a random
-    subset and order of ``pool``, each workflow the first candidate right on the question, in its preferences' order
-    (``SearchResult.preferences``: right before wrong, then cheaper, then better on questions like it), that the pool
-    can run; a pool that can run none of them is drawn again (the whole pool runs the winner).
-
-    Only candidates right on the question are taught, never a wrong one because a pool lacks the winner's worker:
-    on issue 25's ablation those fallbacks (navigate questions taught `gemma -> check` where a pool lacked SmolLM2,
-    arithmetic ones SmolLM2 alone where it lacked Gemma) were 20-40% of a kind's examples, and the conductor learned
-    the mixture, sending 23 of 50 navigate test questions to the arithmetic workflow. A question no candidate
-    answers is taught only what does best on questions like it (``preferences``' first), in the pools that hold it."""
-    preferences = []
-    for i, example in enumerate(result.examples):
-        ranked = result.preferences(i)
-        row = result.outcomes[i]
-        right = [c for c in ranked if c.name in row and row[c.name].score > 0]
-        preferences.append((dict(example.inputs()), [candidate.steps for candidate in right or ranked[:1]]))
+    subset and order of ``pool``, each workflow the first candidate of the question's preferences
+    (``SearchResult.preferences``: right before wrong, then cheaper, then better on questions like it) that the pool
+    can run. A question no candidate answers is taught what does best on questions like it. Every single worker is a
+    candidate, so every pool can run one."""
+    preferences = [
+        (dict(example.inputs()), [candidate.steps for candidate in result.preferences(i)])
+        for i, example in enumerate(result.examples)
+    ]
     return preferred_workflows(
         pool, preferences, pools_per_question=pools_per_question, min_pool_size=min_pool_size, seed=seed
     )
