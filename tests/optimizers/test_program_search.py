@@ -342,24 +342,3 @@ def test_a_kind_near_chance_is_taught_the_workflow_right_most_often_on_questions
     # dollars still come first: a cheaper candidate right on a question is its winner however rarely it wins
     paid = [{**r, "plain": Outcome(r["plain"].score, 1, 30, 1.0)} for r in rows]
     assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == short
-
-
-def test_a_pool_without_the_winners_worker_is_taught_what_does_best_on_questions_like_it() -> None:
-    # on question 0 only "lucky" is right; a pool without its worker falls back among the wrong ones: "pair" (two
-    # calls) is right on most questions like it, "cheap" (one call) on none, so the pair is taught, not the cheaper
-    lucky, cheap, pair = (Candidate(n, (TemplateStep(worker=n, subtask=n),)) for n in ("lucky", "cheap", "pair"))
-
-    def row(lucky_right: bool, pair_right: bool) -> dict[str, Outcome]:
-        return {
-            "lucky": Outcome(float(lucky_right), 1, 10, 0.0),
-            "cheap": Outcome(0.0, 1, 10, 0.0),
-            "pair": Outcome(float(pair_right), 2, 20, 0.0),
-        }
-
-    questions = [
-        dspy.Example(question=f"Take {i} steps north, then turn around. Back?").with_inputs("question")
-        for i in range(5)
-    ]
-    rows = [row(True, False), row(False, True), row(False, True), row(False, True), row(False, False)]
-    result = SearchResult([lucky, cheap, pair], questions, rows, SearchCost(), neighbours=5)
-    assert [c.name for c in result.preferences(0)] == ["lucky", "pair", "cheap"]

@@ -192,10 +192,11 @@ class SearchResult:
         def hood_mean(candidate: Candidate) -> float:
             return sum(outcomes[candidate.name].score for outcomes in hood) / len(hood) if candidate.name in row else 0
 
+        answered = any(o.score > 0 for o in row.values())
+
         def preference(candidate: Candidate) -> tuple:
-            own = row[candidate.name].score if candidate.name in row else 0.0
-            hood = hood_mean(candidate)  # among the wrong ones, what does best on questions like this comes first
-            return (candidate.name not in row, -own, -hood if own == 0 else 0.0, *_price(row, candidate)[:2], -hood)
+            own = (row[candidate.name].score if answered else hood_mean(candidate)) if candidate.name in row else 0.0
+            return (candidate.name not in row, -own, *_price(row, candidate)[:2], -hood_mean(candidate))
 
         return sorted(self.taught, key=lambda c: (*preference(c), rank[c.name]))
 
