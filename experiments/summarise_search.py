@@ -5,7 +5,7 @@ conductor trained on program search's winners (``search_train.yaml``, no hand-wr
 trained on hand-written templates (``orchestration_fallback_train.yaml``). Both trained on the same questions, so the
 test questions left out as seen in training are the same for every system. The search-trained rows, its unseen
 pools and max_depth 1, and its unseen families are the records of ``search_ablation.yaml``, ``search_variants.yaml``
-and ``search_unseen_families.yaml``;
+and ``search_unseen_families.yaml``; each model as a plain chat (the question alone) is ``search_plain_chat.yaml``;
 ``"search"`` is what the search cost (``results/search/trained/search/search.json``).
 
     python experiments/summarise_search.py
@@ -79,7 +79,8 @@ def main() -> None:
     ablation = records("orchestration_ablation.yaml")
     searched = [*excluding(seen, records("search_ablation.yaml")), *ran("search_variants.yaml", seen)]
     templated = excluding(seen, records("orchestration_fallback_ablation.yaml"), [TRAINED])
-    test = [*excluding(seen, ablation, BASELINES), *searched, *renamed(templated, TEMPLATES)]
+    plain = ran("search_plain_chat.yaml", seen)  # each model called with the question alone (issue 26)
+    test = [*excluding(seen, ablation, BASELINES), *searched, *renamed(templated, TEMPLATES), *plain]
     answered = {r["example_id"] for r in of(test, TRAINED)}  # every system on the same questions: paired
     test = [r for r in test if r["example_id"] in answered]
     unseen = [*excluding(seen, records("orchestration_unseen_families.yaml"), SINGLES)]
@@ -87,19 +88,27 @@ def main() -> None:
     families = sorted({r["dataset"] for r in searched})
     pipelines = best_pipelines_on_validation(families)
     best_single = max(SINGLES, key=lambda name: score(of(test, name), name)["accuracy"])
+    chats = sorted({r["method"] for r in plain})
+    best_plain = max(chats, key=lambda name: score(of(test, name), name)["accuracy"]) if chats else None
     systems = {
         "search-trained conductor": of(test, TRAINED),
         TEMPLATES: of(test, TEMPLATES),
         "best single worker": of(test, best_single),
+        **({"best worker as a plain chat": of(test, best_plain)} if best_plain else {}),
         "best fixed pipeline": [r for f in families for r in of(test, pipelines[f], f)],
         **{name: of(test, name) for name in DIRECT},
     }
+    systems = {name: units for name, units in systems.items() if units}  # a variant not run yet has no row
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
     best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
     summary = {
         **scored(systems, families),
-        "chosen": {"best single worker": best_single, "best fixed pipeline": pipelines},
+        "chosen": {
+            "best single worker": best_single,
+            "best worker as a plain chat": best_plain,
+            "best fixed pipeline": pipelines,
+        },
         "multi_step_share": {
             f: round(sum(n for s, n in counts.items() if "->" in s) / counts.total(), 4) for f, counts in shapes.items()
         },
@@ -110,6 +119,7 @@ def main() -> None:
                 "n": len(of(test, name)),
             }
             for name in (TRAINED, *UNSEEN_POOLS)
+            if of(test, name)
         },
         "unseen_families": {
             "trained conductor": score(of(unseen, TRAINED), TRAINED)["accuracy"],
