@@ -243,15 +243,7 @@ def generate_samples(
             stopping, loops = _stopping_criteria(tokenizer, stop, cut_loops, input_ids)
             # the cache of all but the last prompt token: generate runs that token and the new ones
             prefix = _shared_prompt_cache(model, chunk, max_new_tokens, prompt_cache) if shared else {}
-            output = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                logits_processor=processors,
-                stopping_criteria=stopping,
-                **options,
-                **prefix,
-            )
-            new = output[:, input_ids.shape[1] :]
+            new = _new_tokens(model, input_ids, attention_mask, processors, stopping, options | prefix)
             logprobs = recorder.finish(new).cpu()
             loop_ends = loops.loop_ends() if loops is not None else [None] * len(chunk)
             for prompt, tokens, row_logprobs, loop_end in zip(chunk, new.tolist(), logprobs, loop_ends, strict=True):
@@ -268,6 +260,20 @@ def _stopping_criteria(
     loops = _StopOnLoop(rows, width, input_ids.device) if cut_loops else None
     criteria = [_StopOnText(tokenizer, stop, width)] if stop else []
     return StoppingCriteriaList(criteria + ([loops] if loops is not None else [])), loops
+
+
+def _new_tokens(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, processors: Any, stopping: Any, options: dict
+) -> torch.Tensor:
+    """Each row's generated tokens (the prompt's cut off)."""
+    output = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        logits_processor=processors,
+        stopping_criteria=stopping,
+        **options,
+    )
+    return output[:, input_ids.shape[1] :]
 
 
 @contextlib.contextmanager
