@@ -57,3 +57,13 @@ def config_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pool configs build ``kind: local`` workers as the scripted model their ``model`` names (no real model)."""
     build = lambda spec, options: ScriptedWorker(spec.name, SCRIPTS[spec.model], **options)  # noqa: E731
     monkeypatch.setitem(_pool._WORKER_KINDS, "local", build)
+
+
+MIXED_POOL = {
+    "workers": [
+        {"name": "chat", "kind": "local", "model": "plainspoken"},
+        {"name": "formal", "kind": "local", "model": "formal"},
+        {"name": "calc", "kind": "tool", "tool": "calculator"},
+    ]
+}
+"""A model better asked plainly, one better asked in the task framing, and a tool (build it after ``config_models``)."""

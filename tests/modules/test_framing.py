@@ -12,7 +12,7 @@ from conductor.modules.baselines import SingleWorker
 from conductor.modules.workflow import WorkerPromptAdapter
 from conductor.signatures import Solve
 from conductor.testing import ScriptedWorker, scripted_lm
-from tests.modules.framing import UNSURE, config_models, formal, plainspoken
+from tests.modules.framing import MIXED_POOL, UNSURE, config_models, formal, plainspoken
 
 QUESTION = "What is the capital of France?"
 
@@ -119,15 +119,7 @@ def test_a_pool_config_refuses_a_bad_framing_and_a_framed_tool() -> None:
 
 def test_framed_copies_the_workers_it_changes_and_says_so_in_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     config_models(monkeypatch)
-    pool = WorkerPool.from_config(
-        {
-            "workers": [
-                {"name": "chat", "kind": "local", "model": "plainspoken"},
-                {"name": "formal", "kind": "local", "model": "formal"},
-                {"name": "calc", "kind": "tool", "tool": "calculator"},
-            ]
-        }
-    )
+    pool = WorkerPool.from_config(MIXED_POOL)
     framed = pool.framed({"chat": "plain", "formal": "task"})
     assert [w.framing for w in framed] == ["plain", "task", "task"] and pool[0].framing == "task"
     assert framed[1] is pool[1] and framed[2] is pool[2] and framed[0] is not pool[0]

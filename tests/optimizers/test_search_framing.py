@@ -12,7 +12,7 @@ import pytest
 from conductor.modules import Conductor, WorkerPool
 from conductor.optimizers import ConductorCompiler, ProgramSearchConfig, program_search, write_search_report
 from conductor.testing import ScriptedWorker
-from tests.modules.framing import config_models, examples, formal, plainspoken, right, steady
+from tests.modules.framing import MIXED_POOL, config_models, examples, formal, plainspoken, right, steady
 
 CONFIG = ProgramSearchConfig(samples=0, pairs=False, propose=False)
 
@@ -51,15 +51,7 @@ def test_a_compiled_pool_keeps_each_model_s_better_framing(tmp_path: Path, monke
     from conductor.deploy import load_program
 
     config_models(monkeypatch)
-    pool = WorkerPool.from_config(
-        {
-            "workers": [
-                {"name": "chat", "kind": "local", "model": "plainspoken"},
-                {"name": "formal", "kind": "local", "model": "formal"},
-                {"name": "calc", "kind": "tool", "tool": "calculator"},
-            ]
-        }
-    )
+    pool = WorkerPool.from_config(MIXED_POOL)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         policy = ConductorLM.tiny(seed=0)
