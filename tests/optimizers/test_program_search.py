@@ -7,6 +7,7 @@ labels unless a test says otherwise.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -312,14 +313,16 @@ def test_questions_are_grouped_by_their_wording() -> None:
     texts = [kinds.example(f, i).question for i in range(4) for f in FAMILIES]  # interleaved, as a user's file
     for i, near in enumerate(nearest(texts, 4)):
         kind = family_of(dspy.Example(question=texts[i]))
-        alike = [j for j in near[1:] if family_of(dspy.Example(question=texts[j])) == kind]
-        assert near[0] == i and len(alike) >= 2, (texts[i], [texts[j] for j in near])  # "cat" is in two kinds
-    assert nearest(["a b", "c"], 5) == [(0, 1), (1, 0)]  # fewer texts than asked: all of them
+        alike = [j for j, _ in near[1:] if family_of(dspy.Example(question=texts[j])) == kind]
+        assert near[0] == (i, 1.0) and len(alike) >= 2, (texts[i], near)  # "cat" is in two kinds
+        assert all(1 > a >= b >= 0 for (_, a), (_, b) in itertools.pairwise(near[1:]))
+    assert nearest(["a b", "c"], 5) == [((0, 1.0), (1, 0.0)), ((1, 1.0), (0, 0.0))]  # fewer texts than asked: all
 
 
 def test_a_kind_near_chance_is_taught_the_workflow_right_most_often_on_questions_like_it() -> None:
     # navigate-like questions: "plain" right on 3 of 5, "short" (fewer tokens) on 2; add questions: only "short".
-    # Over all questions "short" wins more, so neither tokens nor the overall best may decide the navigate kind.
+    # Over all questions "short" wins more, so neither tokens, nor the overall best, nor luck on one question may
+    # decide the navigate kind: each of its questions is taught "plain", also the one only "short" got right.
     short, plain = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain"))
 
     def row(short_right: bool, plain_right: bool) -> dict[str, Outcome]:
@@ -334,11 +337,30 @@ def test_a_kind_near_chance_is_taught_the_workflow_right_most_often_on_questions
     rows = [row(*w) for w in walk] + [row(True, False) for _ in range(6)]
     result = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=5)
     assert result.overall()[0] == short
-    assert result.winner(0) == plain  # both right: the one right more often on the questions like it
-    assert result.winner(3) == short  # only "short" right: a question's own answer comes first
-    assert result.winner(4) is None and result.preferences(4)[0] == plain  # none right: its kind's best
+    assert [result.winner(i) for i in range(4)] == [plain] * 4
+    assert result.winner(4) is None and result.preferences(4)[0] == plain  # none right on it: its kind's best
     assert [result.winner(i) for i in range(5, 11)] == [short] * 6
-    assert SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1).preferences(4)[0] == short
-    # dollars still come first: a cheaper candidate right on a question is its winner however rarely it wins
+    # one question as its own neighbourhood: its own winner, and the overall best where none is right
+    alone = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1)
+    assert alone.winner(3) == short and alone.preferences(4)[0] == short
+    # dollars break ties only: the cheaper of two candidates right equally often on the questions like it
     paid = [{**r, "plain": Outcome(r["plain"].score, 1, 30, 1.0)} for r in rows]
-    assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == short
+    assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == plain
+    tied = [{**r, "plain": Outcome(r["short"].score, 1, 30, 1.0)} for r in rows]
+    assert SearchResult([short, plain], questions, tied, SearchCost(), neighbours=5).winner(0) == short
+
+
+def test_a_pool_that_can_run_nothing_right_near_a_question_is_drawn_again() -> None:
+    # "pair" (workers a then b) is right on every question, "a" alone and "b" alone on none: a pool without both a
+    # and b has no workflow with a chance, so no such pool is taught anything (it is drawn again).
+    steps = {"pair": ("a", "b"), "a": ("a",), "b": ("b",)}
+    candidates = [Candidate(n, tuple(TemplateStep(worker=w, subtask=n) for w in ws)) for n, ws in steps.items()]
+    questions = [example("add", i) for i in range(4)]
+    rows = [{n: Outcome(float(n == "pair"), len(ws), 10, 0.0) for n, ws in steps.items()} for _ in questions]
+    result = SearchResult(candidates, questions, rows, SearchCost(), neighbours=3)
+    assert [c.name for c in result.prospects(0)] == ["pair"]
+    pool = WorkerPool([ScriptedWorker(name) for name in ("a", "b", "c")])
+    taught = searched_workflows(pool, result, pools_per_question=20, min_pool_size=1, seed=0)
+    assert len(taught) == 20 * len(questions)
+    assert all({"a", "b"} <= set(subpool.names) for _, _, subpool in taught)
+    assert {tuple(subpool.names[s.worker] for s in workflow.steps) for _, workflow, subpool in taught} == {("a", "b")}

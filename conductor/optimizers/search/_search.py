@@ -165,40 +165,54 @@ class SearchResult:
         return tuple(sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c))))
 
     def preferences(self, index: int) -> list[Candidate]:
-        """The candidates for question ``index`` in the order the warm start prefers them: those scored on it, best
-        first; among equals the cheaper (dollars, then calls), then the one right more often on the questions like it
-        (its neighbourhood: itself and its ``neighbours - 1`` nearest by words, ``nearest``, of those every candidate
-        scored here was scored on), then the better over all questions (``overall``'s order, tokens its last word);
-        then the rest in ``overall`` order. A question no candidate answers is taught what does best on average over
-        its neighbourhood, and one whose neighbourhood no candidate answers ``overall``: where a single strong worker
-        would send it.
+        """The candidates for question ``index`` in the order the warm start prefers them: the one right most often on
+        the questions like it first (its neighbourhood: itself and its ``neighbours - 1`` nearest by words,
+        ``nearest``, each weighted by how alike it is; a candidate dropped before it was scored on all of them counts
+        0 there), then one right on this
+        question, then the cheaper (dollars, then calls), then ``overall``'s order (tokens its last word); those not
+        scored on it last. A question whose neighbourhood no candidate answers gets ``overall``'s order: where a
+        single strong worker would send it.
 
-        Why the neighbourhood: one sample per question makes its winners partly luck. On a kind of question where
-        every candidate is near chance, the candidates right on a question differ by luck; the one right most often
-        on questions like it teaches that kind one workflow, where fewer tokens taught each question a different
-        instruction (issue 25's navigate), and the best on average over every question sent the kind's unanswered
-        questions to another kind's workflow. A question's own right answer still comes first: the only workflow
-        right on a rare kind of question is taught there, whatever its neighbours prefer.
+        Why the neighbourhood before the question's own score: one sample per question makes its winners partly
+        luck, and what the conductor is taught is a guess about questions it has not seen. On issue 25's navigate,
+        where every candidate is near chance, each question's own winner taught one kind several workflows, and with
+        fallbacks the conductor learned none of them. How often a candidate is right on the questions like this one
+        is the better estimate of how it does here; ``neighbours=1`` makes it the question's own score. A question
+        worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow.
 
         A model's single step is taught only as scored in the framing the model keeps (``framings``): the other
         framing's candidate of the same steps is left out, since the compiled pool runs those steps in the kept one."""
-        row = self.outcomes[index]
-        # the neighbours where every candidate scored on this question was scored too: means over the same questions
-        hood = [self.outcomes[j] for j in self._neighbourhoods[index] if row.keys() <= self.outcomes[j].keys()]
-        if not any(o.score > 0 for outcomes in hood for o in outcomes.values()):
+        row, rate = self.outcomes[index], self._neighbourhood_rate(index)
+        if not any(rate.values()) and not any(o.score > 0 for o in row.values()):
             return [c for c in self._overall if c in self.taught]
         rank = {c.name: i for i, c in enumerate(self._overall)}
 
-        def hood_mean(candidate: Candidate) -> float:
-            return sum(outcomes[candidate.name].score for outcomes in hood) / len(hood) if candidate.name in row else 0
-
-        answered = any(o.score > 0 for o in row.values())
-
         def preference(candidate: Candidate) -> tuple:
-            own = (row[candidate.name].score if answered else hood_mean(candidate)) if candidate.name in row else 0.0
-            return (candidate.name not in row, -own, *_price(row, candidate)[:2], -hood_mean(candidate))
+            own = row[candidate.name].score if candidate.name in row else 0.0
+            return (candidate.name not in row, -rate.get(candidate.name, 0.0), -own, *_price(row, candidate)[:2])
 
         return sorted(self.taught, key=lambda c: (*preference(c), rank[c.name]))
+
+    def prospects(self, index: int) -> list[Candidate]:
+        """``preferences`` cut to the candidates with a chance on question ``index``: right on it or on a question
+        like it. What the warm start teaches: a random pool that can run none of them is drawn again, since a
+        workflow never right on questions like this one would teach its kind a guess with nothing behind it. When
+        nothing is right near it, all of ``preferences`` (``overall``'s order)."""
+        chance = {name for name, outcome in self.outcomes[index].items() if outcome.score > 0}
+        chance |= {name for name, rate in self._neighbourhood_rate(index).items() if rate > 0}
+        return [c for c in self.preferences(index) if c.name in chance] or self.preferences(index)
+
+    def _neighbourhood_rate(self, index: int) -> dict[str, float]:
+        """Each candidate's mean score over question ``index``'s neighbourhood (those of its questions scored at all),
+        each question weighted by its similarity to ``index`` (``index`` itself by 1), for the candidates scored on
+        every one of them. A question unlike its neighbours so keeps its own winner."""
+        hood = [(self.outcomes[j], weight) for j, weight in self._neighbourhoods[index] if self.outcomes[j]]
+        total = sum(weight for _, weight in hood)
+        return {
+            name: sum(outcomes[name].score * weight for outcomes, weight in hood) / total
+            for name in self.outcomes[index]
+            if all(name in outcomes for outcomes, _ in hood)
+        }
 
     def framings(self) -> list[FramingChoice]:
         """Each model's framing, where the search scored it alone under the plain framing: the framing in which its
@@ -228,7 +242,7 @@ class SearchResult:
         return tuple(c for c in self.candidates if c.name not in twins or c.framing == kept[c.steps[0].worker])
 
     @functools.cached_property
-    def _neighbourhoods(self) -> list[tuple[int, ...]]:
+    def _neighbourhoods(self) -> list[tuple[tuple[int, float], ...]]:
         texts = [" ".join(str(value) for value in example.inputs().values()) for example in self.examples]
         return nearest(texts, self.neighbours)
 

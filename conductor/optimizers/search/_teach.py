@@ -1,5 +1,6 @@
 """Teaching what the search found: warm-start examples on each training question's best candidate, by worker name,
-over random pools, where a pool that can't run the winner is taught the best candidate it can run."""
+over random pools, where a pool that can't run the winner is taught the best candidate it can run that has a chance
+on the question (``SearchResult.prospects``), and a pool that can run none of those is drawn again."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ def searched_workflows(
     seed: int = 0,
 ) -> list[TrainingExample]:
     """``pools_per_question`` ``(inputs, workflow, pool)`` examples per question of ``result``: each pool a random
-    subset and order of ``pool``, each workflow the first candidate of the question's preferences
-    (``SearchResult.preferences``: right before wrong, then cheaper, then better on questions like it) that the pool
-    can run. A question no candidate answers is taught what does best on questions like it. Every single worker is a
-    candidate, so every pool can run one."""
+    subset and order of ``pool``, each workflow the first of the question's prospects
+    (``SearchResult.prospects``: right most often on the questions like it, then right on it, then the cheaper) that
+    the pool can run; a pool that can run none is drawn again, so a question is never taught a workflow that was right
+    on no question like it. A question no candidate near it answers is taught ``overall``'s order: what does best on
+    average. The full pool can run every candidate, so the draws end."""
     preferences = [
-        (dict(example.inputs()), [candidate.steps for candidate in result.preferences(i)])
+        (dict(example.inputs()), [candidate.steps for candidate in result.prospects(i)])
         for i, example in enumerate(result.examples)
     ]
     return preferred_workflows(
