@@ -72,6 +72,10 @@ def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit()
         "a pair opens with its single worker's own step, so a replaying pool shares that answer"
     )
     assert all(len(c.steps) <= 2 for c in candidate_space(pool, samples=3, max_steps=2))
+    by_name = {c.name: c for c in space}
+    twin = by_name["reverse (plain) -> shout (verify)"]  # the same steps, its first step asked plain
+    assert twin.framing == "plain" and twin.steps == by_name["reverse -> shout (verify)"].steps
+    assert not any(n.startswith("calc (plain)") for n in names)  # a tool has no plain framing
     alone = candidate_space(pool, pairs=False, samples=0)
     assert [c.name for c in alone] == [
         "reverse",

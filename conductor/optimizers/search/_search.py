@@ -107,9 +107,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class FramingChoice:
-    """A model's framing after the search: its single-step candidate's mean score in the task framing and alone under
-    the plain framing, on the ``questions`` both were scored on, and the framing kept (``"task"`` unless plain scored
-    higher)."""
+    """A model's framing after the search (``SearchResult.framings``): the mean over ``questions`` of the best score of
+    the workflows that open with its direct step, in the task framing and in the plain one, and the framing kept
+    (``"task"`` unless plain scored higher)."""
 
     worker: str
     framing: str
@@ -180,8 +180,9 @@ class SearchResult:
         is the better estimate of how it does here; ``neighbours=1`` makes it the question's own score. A question
         worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow.
 
-        A model's single step is taught only as scored in the framing the model keeps (``framings``): the other
-        framing's candidate of the same steps is left out, since the compiled pool runs those steps in the kept one."""
+        A workflow that opens with a model's direct step is taught only as scored in the framing the model keeps
+        (``framings``): its twin in the other framing is left out, since the compiled pool runs its steps in the kept
+        one."""
         row, rate = self.outcomes[index], self._neighbourhood_rate(index)
         if not any(rate.values()) and not any(o.score > 0 for o in row.values()):
             return [c for c in self._overall if c in self.taught]
@@ -215,28 +216,36 @@ class SearchResult:
         }
 
     def framings(self) -> list[FramingChoice]:
-        """Each model's framing, where the search scored it alone under the plain framing: the framing in which its
-        direct step scored higher on the training questions both were scored on (``"task"`` on a tie)."""
+        """Each model's framing, where the search scored it under the plain framing: the framing in which the
+        workflows that open with its direct step (it alone, and each pair it answers first in) did better on the
+        training questions (``"task"`` on a tie). A question counts the best of those workflows in each framing,
+        over the ones scored there in both, so that the framing kept is the one its best use on each question likes:
+        the framing is the pool's, and it changes all of them."""
         return list(self._framings)
 
     @functools.cached_property
     def _framings(self) -> tuple[FramingChoice, ...]:
         by_name, twins = {c.name: c for c in self.candidates}, _framing_twins(self.candidates)
-        choices = []
+        pairs: dict[str, list[tuple[str, str]]] = {}  # model -> (task name, plain name) of each twin pair it opens
         for plain in (c for c in self.candidates if c.framing == "plain"):
-            task = by_name[twins[plain.name]]
-            rows = [row for row in self.outcomes if plain.name in row and task.name in row]
-            task_score, plain_score = (
-                sum(row[c.name].score for row in rows) / max(len(rows), 1) for c in (task, plain)
-            )
+            pairs.setdefault(plain.steps[0].worker, []).append((by_name[twins[plain.name]].name, plain.name))
+        choices = []
+        for model, twinned in pairs.items():
+            best = []  # per question: the best task-framed and the best plain-framed score over the same workflows
+            for row in self.outcomes:
+                scored = [names for names in twinned if all(name in row for name in names)]
+                if scored:
+                    best.append(tuple(max(row[names[f]].score for names in scored) for f in (0, 1)))
+            task_score, plain_score = (sum(b[f] for b in best) / max(len(best), 1) for f in (0, 1))
             framing = "plain" if plain_score > task_score else "task"
-            choices.append(FramingChoice(plain.steps[0].worker, framing, task_score, plain_score, len(rows)))
+            choices.append(FramingChoice(model, framing, task_score, plain_score, len(best)))
         return tuple(choices)
 
     @functools.cached_property
     def taught(self) -> tuple[Candidate, ...]:
-        """The candidates the warm start may teach (and the oracle table shows): of each model's direct step in the
-        two framings, only the one in the framing the model keeps, since the compiled pool runs that step in it."""
+        """The candidates the warm start may teach (and the oracle table shows): of each workflow that opens with a
+        model's direct step, in the two framings, only the one in the framing the model keeps, since the compiled pool
+        runs that step in it."""
         kept = {choice.worker: choice.framing for choice in self._framings}
         twins = _framing_twins(self.candidates)
         return tuple(c for c in self.candidates if c.name not in twins or c.framing == kept[c.steps[0].worker])

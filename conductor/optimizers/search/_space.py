@@ -9,7 +9,9 @@ The shapes are those that multi-agent systems and the oracle study use (AFlow's 
   each model with each instruction the search proposes about the answer's form (a tool computes its answer as it
   is, so told the form it would answer the same);
 - each model alone under the ``"plain"`` framing (``"smollm2 (plain)"``): the question alone as a user would ask it,
-  so that compile can keep, per model, the framing its model answers better in (``SearchResult.framings``);
+  and each pair it opens with its first step so asked (``"smollm2 (plain) -> check"``), so that compile can keep,
+  per model, the framing its workflows answer better in (``SearchResult.framings``): the framing is the pool's, so
+  it changes every workflow that opens with the model's direct step;
 - each worker, then each worker that sees it and checks it (a tool as it is; a model told to verify, or to refine);
 - ``k`` answers of one model, then each worker that sees them all combines them (a vote or check tool, or a model):
   self-consistency and Mixture-of-Agents in small.
@@ -61,13 +63,15 @@ def candidate_space(
     first, then the models alone under the plain framing). ``subtasks`` are the first-step instructions tried (the
     first is the one the longer shapes open with), ``proposed`` more of them tried on the models only;
     ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones;
-    ``plain=False`` the plain-framed models (made only when ``subtasks`` holds ``DIRECT``, their task-framed twin)."""
+    ``plain=False`` the plain-framed models and pairs (made only when ``subtasks`` holds ``DIRECT``, their task-framed
+    twin's first step; a pair's twin only when that is also its opening instruction)."""
     names, models = pool.names, [w.name for w in pool if not isinstance(w, ToolWorker)]
     out = []
     for name in names:
         tried = [*subtasks, *(s for s in proposed if name in models and s not in subtasks)]
         out += [_single(name, subtask, i, len(tried)) for i, subtask in enumerate(tried)]
-    if plain and DIRECT in subtasks:  # beside its twin: the same step in the task framing
+    framings = ("task", "plain") if plain and DIRECT in subtasks else ("task",)
+    if "plain" in framings:  # beside its twin: the same step in the task framing
         out += [Candidate(f"{model} (plain)", (_direct(model, DIRECT),), framing="plain") for model in models]
     if pairs and max_steps >= 2:
         first = subtasks[0]
@@ -76,8 +80,10 @@ def candidate_space(
                 if checker == answerer and checker not in models:
                     continue  # a tool checking itself recomputes what it just computed
                 for subtask, what in _second_steps(checker in models):
-                    step = TemplateStep(worker=checker, subtask=subtask)
-                    out.append(Candidate(f"{answerer} -> {checker}{what}", (_direct(answerer, first), step)))
+                    steps = (_direct(answerer, first), TemplateStep(worker=checker, subtask=subtask))
+                    out.append(Candidate(f"{answerer} -> {checker}{what}", steps))
+                    if answerer in models and first == DIRECT and "plain" in framings:  # its first step asked plain
+                        out.append(Candidate(f"{answerer} (plain) -> {checker}{what}", steps, framing="plain"))
     if 2 <= samples < max_steps:
         for model in models:
             drafts = tuple(_sample(model, subtasks[0], i, samples) for i in range(samples))
