@@ -109,12 +109,13 @@ class AuditLog:
     def write(self, entry: AuditEntry) -> None:
         """Append ``entry``, redacted."""
         question = entry.question
-        row = dataclasses.asdict(entry) | {
+        row = vars(entry) | {  # a shallow copy: redacting copies what it keeps of the entry's dicts and lists
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "question": question if self.store_questions else None,
             "question_sha256": _sha256(question) if question is not None else None,
         }
-        row = {column: self.redact(value, by_name=column == "request") for column, value in row.items()}
+        secrets = self._secrets_longest_first()
+        row = {column: self._redact(value, secrets, column == "request") for column, value in row.items()}
         for column in _JSON_COLUMNS:
             row[column] = json.dumps(row[column], ensure_ascii=False)
         columns = ", ".join(row)
@@ -134,9 +135,11 @@ class AuditLog:
         """``value`` with secret values, and (``by_name``) the values of sensitive fields, replaced by ``[REDACTED]``
         at any depth. Only the request's parameters are redacted by name: the other columns' keys are worker names
         and step numbers, not fields a client chose."""
+        return self._redact(value, self._secrets_longest_first(), by_name)
+
+    def _secrets_longest_first(self) -> list[str]:
         with self._lock:
-            secrets = sorted(self._secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
-        return self._redact(value, secrets, by_name)
+            return sorted(self._secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
 
     def _redact(self, value: Any, secrets: list[str], by_name: bool) -> Any:
         if isinstance(value, dict):

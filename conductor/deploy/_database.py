@@ -19,7 +19,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib
+import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -140,8 +142,15 @@ class Database(abc.ABC):
 
 
 class SQLiteDatabase(Database):
-    """A SQLite file, in write-ahead-logging mode (readers don't block writers); a connection per transaction, in
-    ``BEGIN IMMEDIATE``."""
+    """A SQLite file, in write-ahead-logging mode (readers don't block writers); each transaction in ``BEGIN
+    IMMEDIATE`` on a connection of its own.
+
+    Connections are kept for later transactions (one transaction at a time each), not opened per transaction: the
+    last connection to a WAL file to close checkpoints the log into the database and deletes it, so a connection per
+    transaction made every audit row a checkpoint (an audit write took 1.8 ms of CPU, and 0.5 on a kept connection).
+    A connection whose transaction failed is closed, not kept; none is used by a process it was not opened in
+    (SQLite's file locks belong to the process that opened it, so a forked child opens its own).
+    """
 
     dialect = "sqlite"
 
@@ -149,6 +158,9 @@ class SQLiteDatabase(Database):
         self.path = Path(path).expanduser().absolute()
         self.name = str(self.path)
         self.timeout_s = timeout_s
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_pid = os.getpid()  # the process the idle connections were opened in
+        self._idle_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.closing(sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)) as db:
@@ -160,7 +172,7 @@ class SQLiteDatabase(Database):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        db = self._connection()
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -169,8 +181,28 @@ class SQLiteDatabase(Database):
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-        finally:
+        except BaseException:
             db.close()
+            raise
+        with self._idle_lock:
+            self._idle.append(db)
+
+    def close(self) -> None:
+        """Close the idle connections (a transaction still running closes or keeps its own when it ends)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for db in idle:
+            db.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        """An idle connection this process opened, or a new one (used by one thread at a time, not always the one
+        that opened it)."""
+        with self._idle_lock:
+            if self._idle_pid != os.getpid():  # forked: the parent's connections are the parent's
+                self._idle, self._idle_pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
 
 
 class PostgresDatabase(Database):

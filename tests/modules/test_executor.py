@@ -110,6 +110,37 @@ def test_cost_budget_is_enforced_before_the_call():
     assert result.steps[0].completion_tokens == 1  # 0.015 $ buys 1 output token at $10/1K
 
 
+class CountedWorker(Worker):
+    """Answers at once with usage it reports itself, and counts how often its prompt tokens are counted."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.counted = 0
+
+    def complete(self, messages, *, max_tokens, temperature):
+        return Completion("done", 7, 1)
+
+    def count_tokens(self, messages):
+        self.counted += 1
+        return 7
+
+
+@pytest.mark.parametrize(
+    ("budget", "counted"),
+    [
+        (Budget(), 0),
+        (Budget(max_steps=5, max_tokens_per_step=50), 0),
+        (Budget(max_tokens=500), 1),
+        (Budget(max_cost=1.0), 1),
+    ],
+)
+def test_a_prompt_is_counted_only_where_a_token_or_cost_limit_needs_it(budget, counted):
+    worker = CountedWorker("w")  # counting is a tokenizer run for an API worker: CPU on every step, when done
+    result = Executor(pool_of(worker)).run(Workflow((Step(0, "go"),)), "t", budget)
+    assert worker.counted == counted
+    assert result.answer == "done" and result.steps[0].prompt_tokens == 7  # what the call reported, either way
+
+
 def test_budget_too_small_for_any_step_calls_nobody():
     worker = ScriptedWorker("w", price=Price(100.0, 100.0))
     result = Executor(pool_of(worker)).run(Workflow((Step(0, "a"),)), "t", Budget(max_cost=0.0001))

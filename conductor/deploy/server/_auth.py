@@ -35,6 +35,11 @@ class Callers:
         self.anyone = Caller(None, ceiling, program.executor)
         self._by_spec: dict[KeySpec, Caller] = {}  # built on a key's first request: stored keys may come later
 
+    @property
+    def queries_database(self) -> bool:
+        """Whether ``of`` looks keys up in the database (stored keys), so that it blocks on I/O."""
+        return isinstance(self.keys, StoredKeys)
+
     def of(self, request: Any) -> Caller:
         """The caller a request's ``Authorization: Bearer <key>`` names; anyone on an open server; else a 401."""
         if self.keys is None:

@@ -82,8 +82,10 @@ class ChatRoute:
 
     async def _respond(self, request: Any, entry: AuditEntry, started: float) -> Any:
         """The answer to ``request``; the entry notes who asked what and what the run did."""
-        # stored keys are a database query: off the event loop, as the audit write is
-        caller = await asyncio.get_running_loop().run_in_executor(None, self.callers.of, request)
+        if self.callers.queries_database:  # stored keys: off the event loop, as the audit write is
+            caller = await asyncio.get_running_loop().run_in_executor(None, self.callers.of, request)
+        else:  # a keys file's or none: no I/O, so no thread (a thread hop is CPU on every request)
+            caller = self.callers.of(request)
         entry.key_id = caller.key.id if caller.key is not None else None
         chat = parse(await read_body(request, self.max_request_bytes, self.body_timeout_s))
         entry.request = chat.model_dump(exclude={"messages"}, exclude_unset=True)

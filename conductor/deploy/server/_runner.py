@@ -57,7 +57,9 @@ class Runner:
         the fallback) checked against the key's workers before any runs, the reservation settled to the real spend."""
         program = self.program
         loop = asyncio.get_running_loop()
-        reservation = await loop.run_in_executor(None, self._reserve, caller.key, budget)
+        reservation = None
+        if self.ledger is not None and caller.key is not None:  # a database write: off the event loop
+            reservation = await loop.run_in_executor(None, self._reserve, caller.key, budget)
         prediction = None
         try:
 
@@ -73,7 +75,7 @@ class Runner:
                 spent = (prediction.cost, prediction.tokens) if prediction is not None else (0.0, 0)
                 await loop.run_in_executor(None, self._settle, reservation, *spent)
 
-    def _reserve(self, key: KeySpec | None, budget: Budget) -> Reservation | None:
+    def _reserve(self, key: KeySpec, budget: Budget) -> Reservation:
         with storage("write the spend ledger"):
             return reserve(self.ledger, key, budget)
 

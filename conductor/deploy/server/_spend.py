@@ -100,11 +100,8 @@ def _secrets(program: Conductor) -> list[str]:
     return [os.environ.get(name, "") for name in names] + [str(lm.kwargs.get("api_key") or "") if lm else ""]
 
 
-def reserve(ledger: SpendLedger | None, key: KeySpec | None, budget: Budget) -> Reservation | None:
-    """Hold ``budget`` against ``key``'s daily limits (nothing to hold without a ledger or a key); a 429 when it
-    won't fit."""
-    if ledger is None or key is None:
-        return None
+def reserve(ledger: SpendLedger, key: KeySpec, budget: Budget) -> Reservation:
+    """Hold ``budget`` against ``key``'s daily limits; a 429 when it won't fit."""
     try:
         return ledger.reserve(key, budget)
     except SpendLimitExceeded as exc:

@@ -37,6 +37,11 @@ class Ledger:
         self._holds: set[Hold] = set()
         self._lock = threading.Lock()
 
+    @property
+    def counts_prompts(self) -> bool:
+        """Whether a step's prompt size matters to the budget: only a token or a cost limit counts it."""
+        return self.budget.max_tokens is not None or self.budget.max_cost is not None
+
     def price(self, worker: Worker) -> Price:
         """``worker``'s price. An unknown one counts as free only while no cost limit needs it: under a cost budget,
         ``BudgetExceeded`` says how to give it one."""
@@ -51,7 +56,8 @@ class Ledger:
         )
 
     def reserve(self, worker: Worker, index: int, prompt_tokens: int) -> Hold:
-        """Hold step ``index``'s worst case on ``worker``, or raise ``BudgetExceeded`` if even the least won't fit."""
+        """Hold step ``index``'s worst case on ``worker``, or raise ``BudgetExceeded`` if even the least won't fit.
+        ``prompt_tokens`` may be 0 where the prompt isn't counted (``counts_prompts`` is false)."""
         price = self.price(worker)
         with self._lock:
             max_tokens = self._affordable_output(worker, price, index, prompt_tokens)
