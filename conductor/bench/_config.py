@@ -251,7 +251,9 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     """The saved program (its conductor LM, prompts, demos and limits) run over the experiment's workers: all of them
     by default, so that it is compared with the other methods on the same workers (the pools must then have the same
     size: workers are chosen by number), or ``args.workers``, to score it on a pool it was not trained on (another
-    order, a subset, a worker it never saw). ``args.max_depth`` replaces its recursion depth."""
+    order, a subset, a worker it never saw). A worker of the same name as one the program was saved with answers in
+    that one's framing (``Worker.framing``, which compile tunes). ``args.max_depth`` replaces its recursion
+    depth."""
     program = load_program(args.path, trust_code=args.trust_code)
     program.pool.close()
     if args.workers is None and len(program.pool) != len(pool):
@@ -261,7 +263,10 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     beyond = [i for i in args.workers or () if i >= len(pool)]
     if beyond:
         raise ConfigError(f"workers {beyond} of {args.path} are not in this experiment's pool of {len(pool)}")
-    program = program.copy_with(pool=pool if args.workers is None else pool.subset(args.workers), budget=budget)
+    workers = pool if args.workers is None else pool.subset(args.workers)
+    # each model's framing is the program's, as compile chose it: kept on the experiment's worker of the same name
+    framings = {worker.name: worker.framing for worker in program.pool if worker.name in workers.names}
+    program = program.copy_with(pool=workers.framed(framings), budget=budget)
     if args.max_depth is not None:
         program.max_depth = args.max_depth
     if getattr(getattr(program.orchestrate.lm, "engine", None), "logits_processor", None) is not None:

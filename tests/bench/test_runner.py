@@ -492,3 +492,23 @@ def test_a_bad_config_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert conductor_main(["bench", str(_write(tmp_path, data))]) == 2
     err = capsys.readouterr().err
     assert "args.worker: Input should be greater than or equal to 0" in err and "Traceback" not in err
+
+
+def test_a_saved_program_keeps_the_framing_compile_chose_on_the_experiments_workers(tmp_path, monkeypatch):
+    """Compile tunes each model's framing: a saved program's model asked plain is asked plain over the experiment's
+    worker of the same name, in any order or subset; the experiment's pool is left as it was."""
+    from conductor.deploy import save_program
+    from conductor.modules import Budget, Conductor
+    from tests.deploy.helpers import fixed_lm
+    from tests.modules.framing import MIXED_POOL, config_models
+
+    config_models(monkeypatch)
+    saved = WorkerPool.from_config(MIXED_POOL).framed({"chat": "plain"})
+    workflow = 'model_id = [0]\nsubtasks = ["all"]\naccess_list = [[]]'
+    save_program(Conductor(saved, fixed_lm(workflow), max_steps=1), tmp_path / "saved")
+    experiment = WorkerPool.from_config(MIXED_POOL)
+    for workers, framings in ((None, ["plain", "task", "task"]), ([2, 0], ["task", "plain"])):
+        args = runner_config._ProgramArgs(path=str(tmp_path / "saved"), trust_code=True, workers=workers)
+        program = runner_config.saved_program(experiment, args, 0, Budget())
+        assert [w.framing for w in program.pool] == framings
+    assert [w.framing for w in experiment] == ["task", "task", "task"]
