@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -31,6 +32,7 @@ from conductor.optimizers import (
 from conductor.optimizers.finetune import TemplateStep
 from conductor.optimizers.search import Outcome, SearchCost, SearchResult
 from conductor.optimizers.search._neighbours import nearest
+from conductor.optimizers.search._space import CHECK
 from conductor.testing import ScriptedWorker
 from tests.optimizers import kinds
 from tests.optimizers.kinds import FAMILIES, right, workers
@@ -368,3 +370,24 @@ def test_a_pool_that_can_run_nothing_right_near_a_question_is_drawn_again() -> N
     assert len(taught) == 20 * len(questions)
     assert all({"a", "b"} <= set(subpool.names) for _, _, subpool in taught)
     assert {tuple(subpool.names[s.worker] for s in workflow.steps) for _, workflow, subpool in taught} == {("a", "b")}
+
+
+def test_instructions_longer_than_the_conductor_can_write_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    # a conductor decoding under the workflow grammar writes each subtask within the bytes its max_tokens leaves
+    from types import SimpleNamespace
+
+    from conductor.conductor_lm import WorkflowFormat
+
+    program = Conductor(WorkerPool(workers()), max_steps=2)
+    form = WorkflowFormat(len(program.pool), 2, max_subtask_bytes=22)
+    program.orchestrate.lm = SimpleNamespace(engine=SimpleNamespace(logits_processor=SimpleNamespace(format=form)))
+    config = ProgramSearchConfig(samples=0, propose=False, subtasks=["Solve."])
+    with caplog.at_level(logging.WARNING, logger="conductor.optimizers.search._search"):
+        program_search(program, questions(range(1)), right, config)
+    (warning,) = [r.getMessage() for r in caplog.records if "grammar" in r.getMessage()]
+    assert "at most 22 bytes" in warning and repr(CHECK) in warning and "'Solve.'" not in warning
+    caplog.clear()
+    program.orchestrate.lm = None  # no grammar: anything can be written
+    with caplog.at_level(logging.WARNING, logger="conductor.optimizers.search._search"):
+        program_search(program, questions(range(1)), right, config)
+    assert not [r for r in caplog.records if "grammar" in r.getMessage()]

@@ -286,6 +286,7 @@ def program_search(
     if proposed:
         logger.info("program search: instructions proposed for the models %s", proposed)
     candidates = _space(program, config, proposed)
+    _warn_unwritable(program, candidates)
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
@@ -344,6 +345,24 @@ def _space(program: Conductor, config: ProgramSearchConfig, proposed: Sequence[s
                 raise ConfigError(f"search template {name!r} names workers the pool lacks: {missing}")
             space.append(Candidate(f"{name}" if len(alternatives) == 1 else f"{name} [{i + 1}]", steps))
     return space
+
+
+def _warn_unwritable(program: Conductor, candidates: Sequence[Candidate]) -> None:
+    """Warn about instructions longer than the conductor's workflow grammar lets it write (its LM's logits processor
+    sizes each subtask to the LM's ``max_tokens``): the warm start teaches them, but the conductor writes them cut,
+    so its steps run other prompts than the ones scored (and a cut direct step is no longer asked plain)."""
+    constraint = getattr(getattr(program.orchestrate.lm, "engine", None), "logits_processor", None)
+    cap = getattr(getattr(constraint, "format", None), "max_subtask_bytes", None)
+    long = sorted({s.subtask for c in candidates for s in c.steps if cap is not None and len(s.subtask.encode()) > cap})
+    if long:
+        logger.warning(
+            "program search: the conductor's grammar lets it write subtasks of at most %d bytes (sized to its "
+            "max_tokens), and these instructions of the search are longer, so the conductor will write them cut and "
+            "run prompts that were never scored: %s. Raise the conductor's max_tokens, or give `subtasks` (and any "
+            "templates) that fit.",
+            cap,
+            "; ".join(repr(text) for text in long),
+        )
 
 
 def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.Example]:
