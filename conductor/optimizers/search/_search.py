@@ -168,10 +168,9 @@ class SearchResult:
         """The candidates for question ``index`` in the order the warm start prefers them: the one right most often on
         the questions like it first (its neighbourhood: itself and its ``neighbours - 1`` nearest by words,
         ``nearest``, each weighted by how alike it is; a candidate dropped before it was scored on all of them counts
-        0 there), then one right on this
-        question, then the cheaper (dollars, then calls), then ``overall``'s order (tokens its last word); those not
-        scored on it last. A question whose neighbourhood no candidate answers gets ``overall``'s order: where a
-        single strong worker would send it.
+        0 there), then one right on this question, then the cheaper (dollars, then calls), then ``overall``'s order
+        (tokens its last word); those not scored on it last. A question whose neighbourhood no candidate answers gets
+        ``overall``'s order: where a single strong worker would send it.
 
         Why the neighbourhood before the question's own score: one sample per question makes its winners partly
         luck, and what the conductor is taught is a guess about questions it has not seen. On issue 25's navigate,
@@ -201,7 +200,8 @@ class SearchResult:
         nothing is right near it, all of ``preferences`` (``overall``'s order)."""
         chance = {name for name, outcome in self.outcomes[index].items() if outcome.score > 0}
         chance |= {name for name, rate in self._neighbourhood_rate(index).items() if rate > 0}
-        return [c for c in self.preferences(index) if c.name in chance] or self.preferences(index)
+        ranked = self.preferences(index)
+        return [c for c in ranked if c.name in chance] or ranked
 
     def _neighbourhood_rate(self, index: int) -> dict[str, float]:
         """Each candidate's mean score over question ``index``'s neighbourhood (those of its questions scored at all),

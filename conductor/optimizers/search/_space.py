@@ -70,8 +70,8 @@ def candidate_space(
     for name in names:
         tried = [*subtasks, *(s for s in proposed if name in models and s not in subtasks)]
         out += [_single(name, subtask, i, len(tried)) for i, subtask in enumerate(tried)]
-    framings = ("task", "plain") if plain and DIRECT in subtasks else ("task",)
-    if "plain" in framings:  # beside its twin: the same step in the task framing
+    plain = plain and DIRECT in subtasks
+    if plain:  # beside its twin: the same step in the task framing
         out += [Candidate(f"{model} (plain)", (_direct(model, DIRECT),), framing="plain") for model in models]
     if pairs and max_steps >= 2:
         first = subtasks[0]
@@ -82,7 +82,7 @@ def candidate_space(
                 for subtask, what in _second_steps(checker in models):
                     steps = (_direct(answerer, first), TemplateStep(worker=checker, subtask=subtask))
                     out.append(Candidate(f"{answerer} -> {checker}{what}", steps))
-                    if answerer in models and first == DIRECT and "plain" in framings:  # its first step asked plain
+                    if plain and answerer in models and first == DIRECT:  # its first step asked plain
                         out.append(Candidate(f"{answerer} (plain) -> {checker}{what}", steps, framing="plain"))
     if 2 <= samples < max_steps:
         for model in models:
