@@ -269,7 +269,7 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     program = program.copy_with(pool=workers.framed(framings), budget=budget)
     if args.max_depth is not None:
         program.max_depth = args.max_depth
-    if getattr(getattr(program.orchestrate.lm, "engine", None), "logits_processor", None) is not None:
+    if program.decoding_constraint is not None:
         _constrain(program)  # its grammar names the workers and the conductor's own id: rebuilt for this pool and depth
     return program
 

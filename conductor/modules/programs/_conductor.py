@@ -167,6 +167,12 @@ class Conductor(PoolProgram):
         return len(self.pool)
 
     @property
+    def decoding_constraint(self) -> Any | None:
+        """The logits processor its LM decodes under (the workflow grammar a local conductor gets from
+        ``conductor_lm.constrain_program``), or ``None``: read from the LM, so a grammar is known without torch."""
+        return getattr(getattr(self.orchestrate.lm, "engine", None), "logits_processor", None)
+
+    @property
     def workflow_names(self) -> tuple[str, ...] | None:
         """The names its workflows give workers (``names[i]`` is worker i; the conductor's own, ``SELF_NAME``, last
         when it may recurse), or ``None`` when they number them (``worker_ids="numbers"``)."""

@@ -351,8 +351,7 @@ def _warn_unwritable(program: Conductor, candidates: Sequence[Candidate]) -> Non
     """Warn about instructions longer than the conductor's workflow grammar lets it write (its LM's logits processor
     sizes each subtask to the LM's ``max_tokens``): the warm start teaches them, but the conductor writes them cut,
     so its steps run other prompts than the ones scored (and a cut direct step is no longer asked plain)."""
-    constraint = getattr(getattr(program.orchestrate.lm, "engine", None), "logits_processor", None)
-    cap = getattr(getattr(constraint, "format", None), "max_subtask_bytes", None)
+    cap = getattr(getattr(program.decoding_constraint, "format", None), "max_subtask_bytes", None)
     long = sorted({s.subtask for c in candidates for s in c.steps if cap is not None and len(s.subtask.encode()) > cap})
     if long:
         logger.warning(
