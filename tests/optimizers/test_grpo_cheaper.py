@@ -1,5 +1,5 @@
 """GRPO improves on an imperfect warm start: with a reward that charges each step, the real SmolLM2 conductor drops a
-step that adds nothing (slow: loads the embedded model; about 8 minutes on the 2 shared cores with another job).
+step that adds nothing (slow: loads the embedded model; 11 min on the 2 shared cores beside two other jobs).
 
 Pool and kinds as ``kinds.py``: "add" questions are answered right by worker ``add`` alone, and as right by ``add``
 twice (the second step adds the task's numbers again), one call dearer; "spell" questions by ``reverse`` alone. The
@@ -37,7 +37,7 @@ from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
 from tests.optimizers.kinds import example, right, workers  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]  # starts first, beside test_grpo_learning.py
 
 FAMILIES = ("add", "spell")
 UNSEEN = range(1, 12, 3)
