@@ -22,20 +22,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import dspy
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("xgrammar")
 
-from conductor.conductor_lm import LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
-from conductor.modules import Conductor, WorkerPool  # noqa: E402
+from conductor.conductor_lm import LoraSpec  # noqa: E402
+from conductor.modules import ConductorReply  # noqa: E402
 from conductor.optimizers import WarmStartConfig, warm_start  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.finetune import TemplateStep, template_workflow  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
-from tests.optimizers.kinds import example, right, workers  # noqa: E402
+from tests.optimizers.conducting_kinds import KindsConductor  # noqa: E402
+from tests.optimizers.kinds import example, right  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]  # starts first, beside test_grpo_learning.py
 
@@ -61,35 +63,16 @@ BAR = 0.8
 def test_grpo_finds_the_cheaper_workflow_of_equal_accuracy(tmp_path: Path, one_torch_thread: None) -> None:
     started = time.perf_counter()
     policy = smollm2_or_skip(lora=LoraSpec(r=8, alpha=16))
-    pool = WorkerPool(workers())
-    program = Conductor(pool, max_steps=2, fallback="none")
-    program.orchestrate.signature = program.orchestrate.signature.with_instructions("Write a workflow.")
-    form = WorkflowFormat(len(pool), 2, max_subtask_bytes=1)
+    kinds = KindsConductor.of(policy)
+    program, pool = kinds.program, kinds.program.pool
 
-    def constraint(_: Conductor | None = None, depth: int = 0) -> WorkflowConstraint:
-        return WorkflowConstraint(
-            policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
-        )
-
-    sampler = constraint()
+    def cheap_where_right(e: dspy.Example, reply: ConductorReply, run: dspy.Prediction) -> bool:
+        """Right, and for "add" in one step."""
+        one_step = reply.workflow is not None and len(reply.workflow.steps) == 1
+        return right(e, run) and (e.family == "spell" or one_step)
 
     def shares() -> dict[str, float]:
-        """Per family, the share of sampled workflows on unseen questions that are right ("add": in one step)."""
-        out = {}
-        for family in FAMILIES:
-            unseen = [example(family, i) for i in UNSEEN]
-            prompts = [program.prompt_messages(e.question) for e in unseen]
-            rows = policy.sample(
-                prompts, SAMPLES, max_new_tokens=form.max_tokens(), temperature=1.0, seed=3, logits_processor=sampler
-            )
-            good = []
-            for e, row in zip(unseen, rows, strict=True):
-                for sample in row:
-                    reply = program.read_completion(sample.text)
-                    one_step = reply.workflow is not None and len(reply.workflow.steps) == 1
-                    good.append(right(e, program.run_reply(e.question, reply)) and (family == "spell" or one_step))
-            out[family] = sum(good) / len(good)
-        return out
+        return kinds.shares(FAMILIES, UNSEEN, samples=SAMPLES, seed=3, good=cheap_where_right)
 
     labelled = [(f, i, example(f, i)) for f in FAMILIES for i in TRAINED_ON]
     trainset = [e for _, _, e in labelled]
@@ -108,13 +91,13 @@ def test_grpo_finds_the_cheaper_workflow_of_equal_accuracy(tmp_path: Path, one_t
         lr=5e-4,
         schedule="cosine",
         warmup_ratio=0.0,
-        max_new_tokens=form.max_tokens(),
+        max_new_tokens=kinds.form.max_tokens(),
         randomise_pool=False,
         checkpoint_every=10,
         reward=RewardConfig(wrong=0.0, step_penalty=0.25),
         progress=False,
     )
-    history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=constraint).run()
+    history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=kinds.constraint).run()
     after = shares()
     rewards = [round(h["reward"], 2) for h in history]
     print(f"before {before}, after {after}; rewards {rewards}; {time.perf_counter() - started:.0f} s")

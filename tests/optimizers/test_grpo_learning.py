@@ -58,13 +58,13 @@ pytest.importorskip("peft")
 pytest.importorskip("xgrammar")
 
 
-from conductor.conductor_lm import ConductorLM, LoraSpec, WorkflowConstraint, WorkflowFormat  # noqa: E402
-from conductor.modules import Conductor, WorkerPool  # noqa: E402
+from conductor.conductor_lm import ConductorLM, LoraSpec  # noqa: E402
 from conductor.optimizers import ExpertIterationConfig, expert_iteration  # noqa: E402
 from conductor.optimizers._rewards import RewardConfig  # noqa: E402
 from conductor.optimizers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from tests.conductor_lm.helpers import smollm2_or_skip  # noqa: E402
-from tests.optimizers.kinds import FAMILIES, example, right, workers  # noqa: E402
+from tests.optimizers.conducting_kinds import KindsConductor  # noqa: E402
+from tests.optimizers.kinds import FAMILIES, example, right  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
@@ -85,38 +85,8 @@ def policy() -> ConductorLM:
 def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
     policy: ConductorLM, tmp_path: Path, one_torch_thread: None
 ) -> None:
-    pool = WorkerPool(workers())
-    program = Conductor(pool, max_steps=2, fallback="none")
-    program.orchestrate.signature = program.orchestrate.signature.with_instructions("Write a workflow.")
-    form = WorkflowFormat(len(pool), 2, max_subtask_bytes=1)
-
-    def constraint(_: Conductor | None = None, depth: int = 0) -> WorkflowConstraint:
-        return WorkflowConstraint(
-            policy.tokenizer, form, stop_token_ids=sorted(policy.eos_ids), vocab_size=policy.model.config.vocab_size
-        )
-
-    sampler = constraint()
-
-    def share_right(seed: int) -> dict[str, float]:
-        """Per family: the share of ``SAMPLES`` sampled workflows per unseen question that answer it right."""
-        out = {}
-        for family in FAMILIES:
-            examples = [example(family, i) for i in UNSEEN]
-            rows = policy.sample(
-                [program.prompt_messages(e.question) for e in examples],
-                SAMPLES,
-                max_new_tokens=form.max_tokens(),
-                temperature=1.0,
-                seed=seed,
-                logits_processor=sampler,
-            )
-            runs = [
-                right(e, program.run_reply(e.question, program.read_completion(s.text)))
-                for e, row in zip(examples, rows, strict=True)
-                for s in row
-            ]
-            out[family] = sum(runs) / len(runs)
-        return out
+    kinds = KindsConductor.of(policy)
+    program, form, sampler = kinds.program, kinds.form, kinds.constraint()
 
     trainset = [example(f, i) for f in FAMILIES for i in TRAINED_ON]
     config = ExpertIterationConfig(samples=16, balance_by="family", max_new_tokens=form.max_tokens(), seed=SEED)
@@ -142,9 +112,9 @@ def test_the_conductor_learns_a_workflow_per_family_two_steps_where_needed(
         progress=False,
         seed=SEED,
     )
-    history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=constraint).run()
+    history = GRPOTrainer(grpo, policy, program, trainset, right, logits_processor=kinds.constraint).run()
 
-    after = share_right(seed=3)
+    after = kinds.shares(FAMILIES, UNSEEN, samples=SAMPLES, seed=3, good=lambda e, _, run: right(e, run))
     rewards = [round(h["reward"], 2) for h in history]
     print(f"share right before {before}, after {after}; rewards {rewards}")
     assert all(p >= BAR for p in after.values()), f"before {before}, after {after}; rewards {rewards}"
