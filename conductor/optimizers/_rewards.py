@@ -23,7 +23,14 @@ Metric = Callable[..., Any]
 
 
 class RewardConfig(pydantic.BaseModel):
-    """How outcomes become rewards. The defaults are the paper's (0 / 0.5 / 1, no penalties)."""
+    """How outcomes become rewards. The defaults are the paper's (0 / 0.5 / 1, no penalties).
+
+    The penalties (cost, tokens, steps) are charged in proportion to the metric: a right answer pays all of its own,
+    a wrong one or a run with no answer none. Charged to every run, they make failing cheaply pay: in issue 26's pilot
+    (GRPO on program search's warm start, step penalty 0.1, 1 in 5 samples right) a wrong one-step run earned more than
+    a wrong two-step one, and in 3 GRPO steps the conductor dropped the `check` step that made arithmetic right. So
+    they choose among right answers only, as ToolOrchestra's efficiency reward does for solved tasks.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
     format_error: float = pydantic.Field(0.0, description="the reward of an unusable workflow (a format error)")
@@ -36,9 +43,11 @@ class RewardConfig(pydantic.BaseModel):
         description="for a run that stopped with an error and no answer (a worker failed, the budget ran out); "
         "None: like any run that executed, by the metric",
     )
-    cost_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per dollar spent by the workers")
-    token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens")
-    step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run")
+    cost_penalty: float = pydantic.Field(
+        0.0, ge=0, description="subtracted per dollar spent by the workers, from the answers that earned (see above)"
+    )
+    token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens, likewise")
+    step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run, likewise")
     first_round_weight: float = pydantic.Field(
         0.25, ge=0, le=1, description="the weight of a recursed run's first-round reward, the final one's being 1"
     )
@@ -87,14 +96,12 @@ def _score_answer(example: dspy.Example, prediction: dspy.Prediction, metric: Me
     """The reward of ``prediction``'s own answer, as if the run had ended with it."""
     error = prediction.error
     steps, tokens, cost = len(prediction.trace), prediction.tokens, prediction.cost
-    penalty = config.cost_penalty * cost + config.token_penalty * tokens / 1000 + config.step_penalty * steps
     if error is not None and error.kind == "format":
         return Reward(config.format_error, config.format_error, 0.0, None, False, steps, tokens, cost, str(error))
     if config.failed is not None and error is not None and not prediction.get("response"):
         # a tool that can't take the task (a calculator given a multiple-choice question) earns less than a model
         # that tried and was wrong: without this, routing data gives no reason to prefer the model
-        base = config.failed
-        return Reward(base - penalty, base, penalty, None, True, steps, tokens, cost, str(error))
+        return Reward(config.failed, config.failed, 0.0, None, True, steps, tokens, cost, str(error))
     try:
         value = float(metric(example, prediction))
     except Exception as exc:  # a user metric failing on one rollout must not end a training run: reward 0
@@ -104,4 +111,6 @@ def _score_answer(example: dspy.Example, prediction: dspy.Prediction, metric: Me
     message = str(error) if error is not None else None
     value = min(max(value, 0.0), 1.0)
     base = config.wrong + (config.right - config.wrong) * value
+    charges = config.cost_penalty * cost + config.token_penalty * tokens / 1000 + config.step_penalty * steps
+    penalty = charges * value
     return Reward(base - penalty, base, penalty, value, True, steps, tokens, cost, message)

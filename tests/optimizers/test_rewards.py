@@ -33,16 +33,28 @@ def test_a_run_that_failed_is_scored_by_the_metric_like_any_executed_run():
 def test_a_failed_run_can_earn_less_than_a_wrong_answer():
     config = RewardConfig(wrong=0.5, failed=0.0, step_penalty=0.1)
     failed = score(EXAMPLE, prediction("", RunError("execution", "no arithmetic expression")), exact, config)
-    assert failed.value == pytest.approx(-0.2) and failed.base == 0.0 and failed.metric is None
+    assert failed.value == 0.0 and failed.base == 0.0 and failed.metric is None and failed.penalty == 0.0
     assert "no arithmetic expression" in failed.error and failed.format_ok
-    assert score(EXAMPLE, prediction("5"), exact, config).value == pytest.approx(0.3)  # wrong but answered
+    assert score(EXAMPLE, prediction("5"), exact, config).value == 0.5  # wrong but answered
 
 
-def test_penalties_are_subtracted_and_recorded():
+def test_penalties_are_subtracted_from_a_right_answer_and_recorded():
     config = RewardConfig(cost_penalty=10, token_penalty=0.1, step_penalty=0.05)
     reward = score(EXAMPLE, prediction("4", steps=2, tokens=1000, cost=0.01), exact, config)
     assert reward.penalty == pytest.approx(10 * 0.01 + 0.1 * 1 + 0.05 * 2)
     assert reward.value == pytest.approx(1.0 - reward.penalty) and reward.base == 1.0
+
+
+def test_penalties_never_make_failing_cheaply_pay():
+    """A wrong answer pays no charge, so a wrong one-step run earns no more than a wrong two-step one (charged, the
+    conductor in issue 26's pilot learned to drop the step that made its answers right); a partly right answer pays
+    in proportion."""
+    config = RewardConfig(wrong=0.0, step_penalty=0.1)
+    wrong = [score(EXAMPLE, prediction("5", steps=n), exact, config) for n in (1, 2)]
+    assert [r.value for r in wrong] == [0.0, 0.0] and all(r.penalty == 0.0 for r in wrong)
+    right = [score(EXAMPLE, prediction("4", steps=n), exact, config).value for n in (1, 2)]
+    assert right == pytest.approx([0.9, 0.8])  # of two right workflows, the cheaper earns more
+    assert score(EXAMPLE, prediction(steps=2), lambda e, p: 0.5, config).value == pytest.approx(0.5 - 0.1)
 
 
 def test_fractional_metric_interpolates_and_out_of_range_is_clipped():
