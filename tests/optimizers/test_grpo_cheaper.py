@@ -1,5 +1,5 @@
 """GRPO improves on an imperfect warm start: with a reward that charges each step, the real SmolLM2 conductor drops a
-step that adds nothing (slow: loads the embedded model; 11 min on the 2 shared cores beside two other jobs).
+step that adds nothing (slow: loads the embedded model; 6.5 min on the 2 shared cores beside a training run).
 
 Pool and kinds as ``kinds.py``: "add" questions are answered right by worker ``add`` alone, and as right by ``add``
 twice (the second step adds the task's numbers again), one call dearer; "spell" questions by ``reverse`` alone. The
