@@ -352,7 +352,9 @@ def _warn_unwritable(program: Conductor, candidates: Sequence[Candidate]) -> Non
     sizes each subtask to the LM's ``max_tokens``): the warm start teaches them, but the conductor writes them cut,
     so its steps run other prompts than the ones scored (and a cut direct step is no longer asked plain)."""
     cap = getattr(getattr(program.decoding_constraint, "format", None), "max_subtask_bytes", None)
-    long = sorted({s.subtask for c in candidates for s in c.steps if cap is not None and len(s.subtask.encode()) > cap})
+    if cap is None:  # no grammar: any instruction can be written
+        return
+    long = sorted({s.subtask for c in candidates for s in c.steps if len(s.subtask.encode()) > cap})
     if long:
         logger.warning(
             "program search: the conductor's grammar lets it write subtasks of at most %d bytes (sized to its "
