@@ -252,7 +252,7 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     by default, so that it is compared with the other methods on the same workers (the pools must then have the same
     size: workers are chosen by number), or ``args.workers``, to score it on a pool it was not trained on (another
     order, a subset, a worker it never saw). A worker of the same name as one the program was saved with answers in
-    that one's framing (``Worker.framing``, which compile tunes). ``args.max_depth`` replaces its recursion
+    that one's framing (``Worker.framing``, as its pool config set it). ``args.max_depth`` replaces its recursion
     depth."""
     program = load_program(args.path, trust_code=args.trust_code)
     program.pool.close()
@@ -264,7 +264,7 @@ def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budge
     if beyond:
         raise ConfigError(f"workers {beyond} of {args.path} are not in this experiment's pool of {len(pool)}")
     workers = pool if args.workers is None else pool.subset(args.workers)
-    # each model's framing is the program's, as compile chose it: kept on the experiment's worker of the same name
+    # each model's framing is the program's: kept on the experiment's worker of the same name
     framings = {worker.name: worker.framing for worker in program.pool if worker.name in workers.names}
     program = program.copy_with(pool=workers.framed(framings), budget=budget)
     if args.max_depth is not None:

@@ -76,8 +76,7 @@ class ConductorCompiler(Teleprompter):
             ``PromptSearch``); ``None`` skips the prompt phases.
         search: a ``ProgramSearchConfig`` (or its fields as a dict): a first phase that scores candidate workflows
             made from the pool on the training questions (``program_search``; resumable, reported in ``search/``)
-            and fine-tunes a trainable conductor on each question's best, over random pools (``searched_workflows``);
-            each model of the compiled pool keeps the framing it scored better in (``SearchResult.framings``).
+            and fine-tunes a trainable conductor on each question's best, over random pools (``searched_workflows``).
         template_warm_start: a ``TemplateWarmStartConfig`` (or its fields as a dict): a first phase that fine-tunes
             a trainable conductor on known-good workflow templates per task family, over random pools
             (``templated_workflows``).
@@ -233,13 +232,10 @@ class ConductorCompiler(Teleprompter):
         )
         report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config.training)
         kinds = len({w.name for w in map(result.winner, range(len(result.examples))) if w is not None})
-        framings = result.framings()  # each model keeps the framing its single step scored better in
-        framed = program.copy_with(pool=program.pool.framed({choice.worker: choice.framing for choice in framings}))
-        return framed, (
+        return program, (
             f"the conductor's LoRA weights: a warm start on the search's winners ({len(result.candidates)} candidates, "
             f"{result.cost.worker_calls} worker calls, {kinds} distinct winners; table in search/oracle.md), "
             f"{len(examples)} examples over random pools, {report.steps} steps"
-            + (f"; the workers' framing: {', '.join(map(str, framings))}" if framings else "")
         )
 
     def _template_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:

@@ -1,5 +1,6 @@
 """A worker's framing: under "plain", a step that answers the whole question on its own is the question alone (as a
-user would call the model); every other step, and every step of a "task" worker, is the library's task prompt."""
+user would call the model); so is any worker's step whose subtask is ``QUESTION_ALONE`` and that sees no earlier one;
+every other step is the library's task prompt."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, Executor, Step, WorkerPool, Workflow
 from conductor.modules.baselines import SingleWorker
-from conductor.modules.workflow import WorkerPromptAdapter
+from conductor.modules.workflow import QUESTION_ALONE, WorkerPromptAdapter
 from conductor.signatures import Solve
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.modules.framing import MIXED_POOL, UNSURE, config_models, formal, plainspoken
@@ -36,6 +37,18 @@ def test_a_conductor_s_subtask_that_asks_for_the_whole_question_counts_as_direct
     worker = ScriptedWorker("chat", plainspoken, framing="plain")
     result = Executor(WorkerPool([worker])).run(Workflow((Step(0, subtask, ()),)), QUESTION)
     assert result.answer == "Paris" and worker.messages == [[{"role": "user", "content": QUESTION}]]
+
+
+def test_any_worker_s_step_whose_subtask_is_the_question_alone_gets_the_question_alone() -> None:
+    # the conductor's choice per step: a task-framed model asked plain here, through the task prompt elsewhere
+    worker = ScriptedWorker("chat", plainspoken)
+    steps = (Step(0, QUESTION_ALONE, ()), Step(0, QUESTION_ALONE, "all"), Step(0, "all", ()))
+    result = Executor(WorkerPool([worker]), max_parallel=1).run(Workflow(steps), QUESTION)
+    alone, seen, task = worker.messages
+    assert alone == [{"role": "user", "content": QUESTION}]
+    assert "Earlier steps:" in seen[-1]["content"]  # a step that sees another needs the titles
+    assert task[0]["role"] == "system"
+    assert [step.output for step in result.steps] == ["Paris", UNSURE, UNSURE]
 
 
 def test_a_plain_worker_keeps_the_task_prompt_where_it_needs_it() -> None:

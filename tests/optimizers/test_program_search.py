@@ -20,6 +20,8 @@ import pytest
 
 from conductor.errors import ConfigError
 from conductor.modules import Conductor, ToolWorker, WorkerPool
+from conductor.modules.programs import DIRECT_SUBTASK as DIRECT
+from conductor.modules.programs import QUESTION_ALONE
 from conductor.optimizers import (
     Candidate,
     ProgramSearchConfig,
@@ -70,14 +72,17 @@ def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit()
     assert "add x3 -> calc" in names and not any(n.startswith("calc x3") for n in names)  # only models sample
     assert all(len(c.steps) <= 5 for c in space)
     pairs = [c for c in space if len(c.steps) == 2]
-    assert all(c.steps[0] == next(s for s in space if s.name == c.steps[0].worker).steps[0] for c in pairs), (
+    single = {c.name: c.steps[0] for c in space if len(c.steps) == 1}
+    assert all(c.steps[0] == single[c.name.split(" -> ")[0]] for c in pairs), (
         "a pair opens with its single worker's own step, so a replaying pool shares that answer"
     )
     assert all(len(c.steps) <= 2 for c in candidate_space(pool, samples=3, max_steps=2))
     by_name = {c.name: c for c in space}
-    twin = by_name["reverse (plain) -> shout (verify)"]  # the same steps, its first step asked plain
-    assert twin.framing == "plain" and twin.steps == by_name["reverse -> shout (verify)"].steps
-    assert not any(n.startswith("calc (plain)") for n in names)  # a tool has no plain framing
+    twin = by_name["reverse (plain) -> shout (verify)"]  # the same second step, its first one the question alone
+    assert twin.steps[1] == by_name["reverse -> shout (verify)"].steps[1]
+    assert twin.steps[0] == by_name["reverse (plain)"].steps[0]
+    assert twin.steps[0] == TemplateStep(worker="reverse", subtask=QUESTION_ALONE, access=())
+    assert not any(n.startswith("calc (plain)") for n in names)  # a tool reads the question as it is anyway
     alone = candidate_space(pool, pairs=False, samples=0)
     assert [c.name for c in alone] == [
         "reverse",
@@ -88,8 +93,7 @@ def test_the_space_holds_singles_checked_pairs_and_votes_within_the_step_limit()
         "add (plain)",
         "shout (plain)",
     ]
-    assert [c.framing for c in alone] == ["task"] * 4 + ["plain"] * 3  # a tool has no plain framing
-    assert alone[4].steps == alone[0].steps  # the same step: only its framing differs
+    assert [c.steps[0].subtask for c in alone] == [DIRECT] * 4 + [QUESTION_ALONE] * 3
     proposed = candidate_space(pool, pairs=False, samples=0, plain=False, proposed=["Answer with the number only."])
     assert [c.name for c in proposed] == [
         "reverse [1]",
@@ -255,7 +259,7 @@ def test_proposals_need_a_closed_set_or_numbers() -> None:
 def test_the_report_groups_unlabelled_questions_by_winner_and_labelled_ones_by_label(tmp_path: Path) -> None:
     program = Conductor(WorkerPool(workers()), max_steps=2)
     result = program_search(
-        program, questions(range(3), labelled=True), right, ProgramSearchConfig(samples=0, propose=False)
+        program, questions(range(3), labelled=True), right, ProgramSearchConfig(samples=0, propose=False, plain=False)
     )
     write_search_report(result, tmp_path / "by-group")
     rows = json.loads((tmp_path / "by-group" / "oracle.json").read_text())

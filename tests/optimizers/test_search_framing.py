@@ -1,6 +1,6 @@
-"""Program search tunes each model's framing: it scores every model alone asked the question as a user would (the
-plain framing), and each pair it opens so, beside their task-framed twins, and the compiled pool keeps, per model, the
-framing its workflows scored higher in on the training questions ("task" on a tie)."""
+"""Program search finds, per question, whether a model answers it better asked the question alone (as a user would
+ask it) or through the library's task prompt: the plain form is a subtask (``QUESTION_ALONE``) the conductor writes
+per step, so one model can be asked plain on one kind of question and task-framed on another, in the same pool."""
 
 from __future__ import annotations
 
@@ -11,61 +11,49 @@ import dspy
 import pytest
 
 from conductor.modules import Conductor, WorkerPool
-from conductor.modules.programs import DIRECT_SUBTASK as DIRECT
+from conductor.modules.programs import QUESTION_ALONE
 from conductor.optimizers import ConductorCompiler, ProgramSearchConfig, program_search, write_search_report
-from conductor.optimizers.finetune import TemplateStep
-from conductor.optimizers.search import Candidate, Outcome, SearchCost, SearchResult
 from conductor.testing import ScriptedWorker
-from tests.modules.framing import MIXED_POOL, config_models, examples, formal, plainspoken, right, steady
+from tests.modules.framing import ANSWERS, MIXED_POOL, config_models, examples, question_in, right
 
 CONFIG = ProgramSearchConfig(samples=0, pairs=False, propose=False)
+CAPITALS = {"What is the capital of France?", "What is the capital of Japan?"}
 
 
-def test_the_search_keeps_for_each_model_the_framing_it_answers_better_in(tmp_path: Path) -> None:
-    models = [ScriptedWorker("chat", plainspoken), ScriptedWorker("formal", formal), ScriptedWorker("steady", steady)]
-    program = Conductor(WorkerPool(models), max_steps=1)
-    result = program_search(program, examples(), right, CONFIG)
-    choices = {choice.worker: choice for choice in result.framings()}
-    assert {name: choice.framing for name, choice in choices.items()} == {
-        "chat": "plain",
-        "formal": "task",
-        "steady": "task",  # a tie keeps the library's prompt
-    }
-    assert (choices["chat"].plain_score, choices["chat"].task_score, choices["chat"].questions) == (1.0, 0.0, 4)
-    assert all([{"role": "user", "content": ex.question}] in models[0].messages for ex in examples())  # alone
-    # what the warm start may teach is each step in the framing its model keeps
-    assert {c.name for c in result.taught} == {"chat (plain)", "formal", "steady"}
-    assert result.winner(0).name in {"chat (plain)", "formal", "steady"}
+def two_minded(prompt: str) -> str:
+    """Answers a capital only when asked the question alone, anything else only through the task prompt."""
+    question = question_in(prompt)
+    answers = {**ANSWERS, "What is the capital of Japan?": "Tokyo"}
+    asked_alone = prompt == question
+    return answers.get(question, "?") if asked_alone == (question in CAPITALS) else "Your subtask is correct."
+
+
+def kinds() -> list[dspy.Example]:
+    return [*examples(), dspy.Example(question="What is the capital of Japan?", answer="Tokyo").with_inputs("question")]
+
+
+def test_the_search_teaches_one_model_asked_plain_on_one_kind_and_task_framed_on_another(tmp_path: Path) -> None:
+    model = ScriptedWorker("m", two_minded)
+    program = Conductor(WorkerPool([model]), max_steps=1)
+    result = program_search(program, kinds(), right, CONFIG.model_copy(update={"neighbours": 1}))
+    assert [c.name for c in result.candidates] == ["m", "m (plain)"]
+    taught = {ex.question: result.winner(i).name for i, ex in enumerate(result.examples)}
+    assert taught == {q: "m (plain)" if q in CAPITALS else "m" for q in taught}, taught
+    assert [{"role": "user", "content": "What is the capital of Japan?"}] in model.messages  # asked alone
     write_search_report(result, tmp_path)
-    saved = {row["worker"]: row["framing"] for row in json.loads((tmp_path / "framings.json").read_text())}
-    assert saved == {"chat": "plain", "formal": "task", "steady": "task"}
-    assert "chat plain (1.00 plain, 0.00 task on 4 questions)" in (tmp_path / "oracle.md").read_text()
+    space = json.loads((tmp_path / "candidates.json").read_text())
+    assert space[1] == {"name": "m (plain)", "steps": [{"worker": "m", "subtask": QUESTION_ALONE, "access": []}]}
 
 
-def test_a_model_keeps_the_framing_its_workflows_answer_better_in_not_only_its_single_step() -> None:
-    # "m" asked plain answers kind A (3 questions) alone; in the task framing its answer, recomputed by tool "t",
-    # answers kind B (5 questions), which its plain answer can't. The pool's framing changes both workflows, so "m"
-    # keeps the task framing, though its single step alone scored higher plain.
-    first, check = TemplateStep(worker="m", subtask=DIRECT, access=()), TemplateStep(worker="t", subtask="check")
-    shapes = {"m": "task", "m (plain)": "plain", "m -> t": "task", "m (plain) -> t": "plain"}
-    candidates = [Candidate(n, (first, check) if "->" in n else (first,), framing) for n, framing in shapes.items()]
-    right_on = {"a": {"m (plain)"}, "b": {"m -> t"}}
-    kinds = ["a"] * 3 + ["b"] * 5
-    rows = [{n: Outcome(float(n in right_on[kind]), 1 + ("->" in n), 10, 0.0) for n in shapes} for kind in kinds]
-    questions = [dspy.Example(question=f"{kind} {i}").with_inputs("question") for i, kind in enumerate(kinds)]
-    result = SearchResult(candidates, questions, rows, SearchCost())
-    (choice,) = result.framings()
-    assert (choice.worker, choice.framing, choice.task_score, choice.plain_score) == ("m", "task", 5 / 8, 3 / 8)
-    assert [c.name for c in result.taught] == ["m", "m -> t"]
+def test_without_plain_candidates_the_space_has_only_task_prompts() -> None:
+    program = Conductor(WorkerPool([ScriptedWorker("m", two_minded)]), max_steps=1)
+    result = program_search(program, kinds(), right, CONFIG.model_copy(update={"plain": False}))
+    assert [c.name for c in result.candidates] == ["m"]
 
 
-def test_without_plain_candidates_no_framing_is_chosen() -> None:
-    program = Conductor(WorkerPool([ScriptedWorker("chat", plainspoken)]), max_steps=1)
-    result = program_search(program, examples(), right, CONFIG.model_copy(update={"plain": False}))
-    assert result.framings() == [] and [c.name for c in result.candidates] == ["chat"]
-
-
-def test_a_compiled_pool_keeps_each_model_s_better_framing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compiled_program_keeps_its_pool_and_asks_plain_through_the_subtask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
     from conductor.conductor_lm import ConductorLM
@@ -80,7 +68,7 @@ def test_a_compiled_pool_keeps_each_model_s_better_framing(tmp_path: Path, monke
     search = {**CONFIG.model_dump(), "pools_per_question": 1, "training": {"steps": 1, "max_length": 4096}}
     ConductorCompiler(right, output_dir=tmp_path, search=search).compile(program, trainset=examples())
     searched = load_program(tmp_path / "phases" / "1-program-search", trust_code=True)
-    assert [w.framing for w in searched.pool] == ["plain", "task", "task"]
-    assert [w.framing for w in pool] == ["task", "task", "task"]  # the student's own pool is left as it was
-    (row,) = [r for r in json.loads((tmp_path / "phases.json").read_text()) if r["phase"] == "program-search"]
-    assert "the workers' framing: chat plain (1.00 plain, 0.00 task on 4 questions), formal task" in row["change"]
+    assert [w.framing for w in searched.pool] == ["task", "task", "task"]  # the framing is the step's, not the pool's
+    oracle = json.loads((tmp_path / "search" / "oracle.json").read_text())
+    assert oracle[0]["best_single"] == "chat (plain)"  # the plainspoken model is right only asked alone
+    assert not (tmp_path / "search" / "framings.json").exists()

@@ -6,6 +6,7 @@ back), its text format's vocabulary (the field names and the access keyword, whi
 from conductor.modules.workflow._prompts import (
     DIRECT_SUBTASK,
     INPUT_TITLES,
+    QUESTION_ALONE,
     WORKFLOW_FIELDS,
     WorkerPromptAdapter,
     WorkflowAdapter,
@@ -34,6 +35,7 @@ __all__ = [
     "INPUT_TITLES",
     "LIST_NAMES",
     "MODEL_ID_FIELD",
+    "QUESTION_ALONE",
     "REASONING_FIELD",
     "ROLES_FIELD",
     "SUBTASKS_FIELD",

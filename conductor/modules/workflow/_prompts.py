@@ -2,8 +2,8 @@
 
 Tiny local models can't emit DSPy's ``[[ ## field ## ]]`` markers, so:
 - ``WorkerPromptAdapter`` renders a role signature as a plain-text prompt and takes the whole completion as the
-  role's single output field; under a worker's ``"plain"`` framing a step that answers the whole question on its own
-  is the question alone, as a user would ask the model;
+  role's single output field; a step whose subtask is ``QUESTION_ALONE`` (under a worker's ``"plain"`` framing, any
+  step that answers the whole question on its own) is the question alone, as a user would ask the model;
 - ``WorkflowAdapter`` renders ``Orchestrate`` and reads the conductor's completion with the tolerant workflow parser.
 Both are ordinary ``dspy.Adapter``s, so instructions and few-shot demos set by DSPy optimizers flow through them.
 
@@ -40,6 +40,10 @@ INPUT_TITLES = {"question": "Overall task", "context": "Earlier steps", "subtask
 """The title of each input's section in a worker's prompt (the tools that read the prompt find its parts by them)."""
 DIRECT_SUBTASK = "Answer the overall task directly and completely."
 """The subtask of a step that answers the question on its own (a single worker, a sample, a fallback)."""
+QUESTION_ALONE = "The question alone."
+"""The subtask that sends a step that sees no earlier step the question alone as the only user message, whatever the
+worker's framing: how a conductor asks a model as a user would, step by step (program search teaches it where a
+model answers better so)."""
 WHOLE_QUESTION_SUBTASKS = frozenset(
     {
         DIRECT_SUBTASK.lower().rstrip("."),  # the library's own direct step
@@ -52,6 +56,7 @@ WHOLE_QUESTION_SUBTASKS = frozenset(
         "the overall task",
         "answer the question",
         "answer the overall task",
+        QUESTION_ALONE.lower().rstrip("."),
     }
 )
 """Subtasks (lower case, without end punctuation) that ask for the whole question: a step given one of them, or the
@@ -81,6 +86,12 @@ def asks_whole_question(inputs: dict[str, Any]) -> bool:
     return words in WHOLE_QUESTION_SUBTASKS or words == _plain_words(question)
 
 
+def asks_question_alone(inputs: dict[str, Any]) -> bool:
+    """Whether a step with these role inputs is to get the question alone: it answers the question on its own
+    (``asks_whole_question``) and its subtask is ``QUESTION_ALONE``."""
+    return asks_whole_question(inputs) and _plain_words(inputs.get("subtask")) == _plain_words(QUESTION_ALONE)
+
+
 def _plain_words(text: Any) -> str:
     return " ".join(str(text).lower().split()).strip(" .!:;")
 
@@ -88,11 +99,12 @@ def _plain_words(text: Any) -> str:
 class WorkerPromptAdapter(dspy.Adapter):
     """A role signature as a plain-text chat: instructions as the system message, the inputs as one user message.
 
-    ``framing`` is the worker's (``Worker.framing``). ``"task"`` is the prompt above for every step. Under ``"plain"``
-    a step that answers the whole question on its own (``asks_whole_question``) is the question alone as the only
-    user message, as a user would call the model; any other step keeps the task framing, because it needs the titles
-    to tell the question from the earlier steps and its subtask. So does a role with demos: they were recorded as
-    task prompts, and the question alone would no longer be what a user sends."""
+    ``framing`` is the worker's (``Worker.framing``). ``"task"`` is the prompt above for every step but one whose
+    subtask is ``QUESTION_ALONE`` (``asks_question_alone``), which is the question alone as the only user message, as
+    a user would call the model. Under ``"plain"`` so is every step that answers the whole question on its own
+    (``asks_whole_question``). Any other step keeps the task framing, because it needs the titles to tell the question
+    from the earlier steps and its subtask. So does a role with demos: they were recorded as task prompts, and the
+    question alone would no longer be what a user sends."""
 
     FRAMINGS = ("task", "plain")
     """The framings a worker's prompt can take (``Worker.framing``)."""
@@ -105,7 +117,8 @@ class WorkerPromptAdapter(dspy.Adapter):
 
     def format(self, signature, demos, inputs):
         demos = [demo for demo in demos if demo.get(self._output(signature)) is not None]
-        if self.framing == "plain" and not demos and asks_whole_question(inputs):
+        alone = asks_whole_question(inputs) if self.framing == "plain" else asks_question_alone(inputs)
+        if alone and not demos:
             return [{"role": "user", "content": str(inputs["question"])}]
         messages = [{"role": "system", "content": signature.instructions}]
         for demo in demos:

@@ -1,5 +1,5 @@
-"""What a program search found, as files: the oracle table per kind of question, each question's winner, the cost,
-and the framing each model keeps.
+"""What a program search found, as files: the oracle table per kind of question, each question's winner, and the
+cost.
 
 Kinds are the examples' ``label`` field where the data has one; otherwise the search forms them: questions whose
 best candidate is the same are one group (named for that candidate), and questions no candidate answers are one more.
@@ -39,13 +39,12 @@ def groups(result: SearchResult, label: str | None = None) -> dict[str, list[int
 
 
 def oracle_rows(result: SearchResult, label: str | None = None) -> list[dict[str, Any]]:
-    """Per kind: how many questions, the best candidate over all of them and its score, the best single worker's
-    (of those in the framing their model keeps, ``SearchResult.taught``), and the candidates that win most of its
-    questions."""
+    """Per kind: how many questions, the best candidate over all of them and its score, the best single worker's,
+    and the candidates that win most of its questions."""
     rows = []
     for kind, members in groups(result, label).items():
-        best, best_score = _best(result, members, result.taught)
-        single, single_score = _best(result, members, [c for c in result.taught if len(c.steps) == 1])
+        best, best_score = _best(result, members, result.candidates)
+        single, single_score = _best(result, members, [c for c in result.candidates if len(c.steps) == 1])
         wins = Counter(w.name for w in (result.winner(i) for i in members) if w is not None)
         rows.append(
             {
@@ -76,9 +75,8 @@ def _best(result: SearchResult, members: Sequence[int], pool: Sequence[Candidate
 
 
 def write_search_report(result: SearchResult, folder: str | Path, label: str | None = None) -> None:
-    """``oracle.md`` and ``oracle.json`` (the table, and in ``oracle.md`` each model's framing), ``questions.jsonl``
-    (each question's winner and scores), ``candidates.json`` (the space, by worker name), ``framings.json`` (each
-    model's framing with its scores, ``SearchResult.framings``) and ``search.json`` (what the search cost)."""
+    """``oracle.md`` and ``oracle.json`` (the table), ``questions.jsonl`` (each question's winner and scores),
+    ``candidates.json`` (the space, by worker name) and ``search.json`` (what the search cost)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rows = oracle_rows(result, label)
@@ -90,12 +88,8 @@ def write_search_report(result: SearchResult, folder: str | Path, label: str | N
             scores = {name: outcome.score for name, outcome in row.items()}
             record = {"index": i, "inputs": dict(example.inputs()), "winner": winner.name if winner else None}
             f.write(json.dumps({**record, "scores": scores}, default=str) + "\n")
-    space = [
-        {"name": c.name, "steps": [s.model_dump(mode="json") for s in c.steps], "framing": c.framing}
-        for c in result.candidates
-    ]
+    space = [{"name": c.name, "steps": [s.model_dump(mode="json") for s in c.steps]} for c in result.candidates]
     (folder / "candidates.json").write_text(json.dumps(space, indent=2))
-    (folder / "framings.json").write_text(json.dumps([asdict(choice) for choice in result.framings()], indent=2))
     summary = {"candidates": len(result.candidates), **asdict(result.cost)}
     (folder / STATE).write_text(json.dumps({**summary, "rungs": result.rungs, "exhausted": result.exhausted}, indent=2))
 
@@ -116,6 +110,4 @@ def _table(rows: Sequence[dict[str, Any]], result: SearchResult) -> str:
             f"| {r['kind']} | {r['questions']} | {r['best'] or '-'} | {r['best_score']:.2f} "
             f"| {r['best_single'] or '-'} | {r['best_single_score']:.2f} | {winners} |"
         )
-    if result.framings():
-        lines += ["", f"Each model's framing, kept for the compiled pool: {', '.join(map(str, result.framings()))}."]
     return "\n".join(lines) + "\n"

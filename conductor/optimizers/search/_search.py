@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, Worker, WorkerPool
+from conductor.modules import Conductor, Worker
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
@@ -62,7 +62,7 @@ class ProgramSearchConfig(pydantic.BaseModel):
     samples: int = pydantic.Field(3, ge=0, description="answers of one model a combiner sees; below 2: no such shapes")
     pairs: bool = pydantic.Field(True, description="try every worker followed by every worker that checks it")
     plain: bool = pydantic.Field(
-        True, description="also try each model alone asked the question as a user would; keep its better framing"
+        True, description="also try each model, alone and opening pairs, asked the question alone as a user would"
     )
     templates: dict[str, tuple[tuple[TemplateStep, ...], ...]] = pydantic.Field(
         {}, description="optional hand-written workflows (name -> steps, by worker name) scored beside the space"
@@ -103,23 +103,6 @@ class Outcome:
     def price(self) -> tuple[float, int, int]:
         """What ties are broken by: dollars, then steps (calls), then tokens."""
         return (self.cost, self.steps, self.tokens)
-
-
-@dataclass(frozen=True)
-class FramingChoice:
-    """A model's framing after the search (``SearchResult.framings``): the mean over ``questions`` of the best score of
-    the workflows that open with its direct step, in the task framing and in the plain one, and the framing kept
-    (``"task"`` unless plain scored higher)."""
-
-    worker: str
-    framing: str
-    task_score: float
-    plain_score: float
-    questions: int
-
-    def __str__(self) -> str:
-        scores = f"{self.plain_score:.2f} plain, {self.task_score:.2f} task"
-        return f"{self.worker} {self.framing} ({scores} on {self.questions} questions)"
 
 
 @dataclass
@@ -177,21 +160,17 @@ class SearchResult:
         where every candidate is near chance, each question's own winner taught one kind several workflows, and with
         fallbacks the conductor learned none of them. How often a candidate is right on the questions like this one
         is the better estimate of how it does here; ``neighbours=1`` makes it the question's own score. A question
-        worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow.
-
-        A workflow that opens with a model's direct step is taught only as scored in the framing the model keeps
-        (``framings``): its twin in the other framing is left out, since the compiled pool runs its steps in the kept
-        one."""
+        worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow."""
         row, rate = self.outcomes[index], self._neighbourhood_rate(index)
         if not any(rate.values()) and not any(o.score > 0 for o in row.values()):
-            return [c for c in self._overall if c in self.taught]
+            return list(self._overall)
         rank = {c.name: i for i, c in enumerate(self._overall)}
 
         def preference(candidate: Candidate) -> tuple:
             own = row[candidate.name].score if candidate.name in row else 0.0
             return (candidate.name not in row, -rate.get(candidate.name, 0.0), -own, *_price(row, candidate)[:2])
 
-        return sorted(self.taught, key=lambda c: (*preference(c), rank[c.name]))
+        return sorted(self.candidates, key=lambda c: (*preference(c), rank[c.name]))
 
     def prospects(self, index: int) -> list[Candidate]:
         """``preferences`` cut to the candidates with a chance on question ``index``: right on it or on a question
@@ -214,41 +193,6 @@ class SearchResult:
             for name in self.outcomes[index]
             if all(name in outcomes for outcomes, _ in hood)
         }
-
-    def framings(self) -> list[FramingChoice]:
-        """Each model's framing, where the search scored it under the plain framing: the framing in which the
-        workflows that open with its direct step (it alone, and each pair it answers first in) did better on the
-        training questions (``"task"`` on a tie). A question counts the best of those workflows in each framing,
-        over the ones scored there in both, so that the framing kept is the one its best use on each question likes:
-        the framing is the pool's, and it changes all of them."""
-        return list(self._framings)
-
-    @functools.cached_property
-    def _framings(self) -> tuple[FramingChoice, ...]:
-        by_name, twins = {c.name: c for c in self.candidates}, _framing_twins(self.candidates)
-        pairs: dict[str, list[tuple[str, str]]] = {}  # model -> (task name, plain name) of each twin pair it opens
-        for plain in (c for c in self.candidates if c.framing == "plain"):
-            pairs.setdefault(plain.steps[0].worker, []).append((by_name[twins[plain.name]].name, plain.name))
-        choices = []
-        for model, twinned in pairs.items():
-            best = []  # per question: the best task-framed and the best plain-framed score over the same workflows
-            for row in self.outcomes:
-                scored = [names for names in twinned if all(name in row for name in names)]
-                if scored:
-                    best.append(tuple(max(row[names[f]].score for names in scored) for f in (0, 1)))
-            task_score, plain_score = (sum(b[f] for b in best) / max(len(best), 1) for f in (0, 1))
-            framing = "plain" if plain_score > task_score else "task"
-            choices.append(FramingChoice(model, framing, task_score, plain_score, len(best)))
-        return tuple(choices)
-
-    @functools.cached_property
-    def taught(self) -> tuple[Candidate, ...]:
-        """The candidates the warm start may teach (and the oracle table shows): of each workflow that opens with a
-        model's direct step, in the two framings, only the one in the framing the model keeps, since the compiled pool
-        runs that step in it."""
-        kept = {choice.worker: choice.framing for choice in self._framings}
-        twins = _framing_twins(self.candidates)
-        return tuple(c for c in self.candidates if c.name not in twins or c.framing == kept[c.steps[0].worker])
 
     @functools.cached_property
     def _neighbourhoods(self) -> list[tuple[tuple[int, float], ...]]:
@@ -291,26 +235,25 @@ def program_search(
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
     replay = program.pool.replayed()
-    runners = _runners(program, replay, candidates)
-    callers = [*replay, *(w for w in runners["plain"].pool if w not in replay)]  # plain copies count their own calls
+    runner = rollout_program(program, replay)
     started, alive, rungs = time.perf_counter(), list(candidates), []
     size, exhausted = min(config.first_rung, len(order)), False
     with _progress(progress) as bar:
         while True:
             bar(f"rung {len(rungs) + 1}: {len(alive)} candidates on {size} questions", len(alive) * size)
             for i in order[:size]:
-                if not _fits(callers, store.cost, alive, config.max_worker_calls):
+                if not _fits(replay, store.cost, alive, config.max_worker_calls):
                     exhausted = True
                     break
-                _score_question(runners, examples[i], alive, metric, config, store, i)
-                store.save_cost(_spent(store.cost, callers, started))  # a killed search resumes with its cost so far
+                _score_question(runner, examples[i], alive, metric, config, store, i)
+                store.save_cost(_spent(store.cost, replay, started))  # a killed search resumes with its cost so far
                 bar(None, len(alive))
             rungs.append({"candidates": len(alive), "questions": size})
             if exhausted or size == len(order):
                 break
             alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
             size = min(len(order), size * config.eta)
-    spent = _spent(store.cost, callers, started)
+    spent = _spent(store.cost, replay, started)
     store.save_cost(spent)
     outcomes = [store.outcomes(i) for i in range(len(examples))]
     result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted, config.neighbours)
@@ -385,13 +328,6 @@ def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.E
     return list(trainset)
 
 
-def _runners(program: Conductor, replay: WorkerPool, candidates: Sequence[Candidate]) -> dict[str, Conductor]:
-    """The program that runs the candidates of each framing: over ``replay``, and for the plain ones over ``replay``
-    with their models in the plain framing (copies that share the replayed answers)."""
-    plain = {c.steps[0].worker: "plain" for c in candidates if c.framing == "plain"}
-    return {"task": rollout_program(program, replay), "plain": rollout_program(program, replay.framed(plain))}
-
-
 def _spent(before: SearchCost, pool: Sequence[Worker], started: float) -> SearchCost:
     """What the search has spent in all: ``before`` (earlier runs of it) plus this run's calls through the replaying
     workers of ``pool`` and its time since ``started``."""
@@ -411,7 +347,7 @@ def _fits(pool: Sequence[Worker], spent: SearchCost, alive: Sequence[Candidate],
 
 
 def _score_question(
-    runners: dict[str, Conductor],
+    runner: Conductor,
     example: dspy.Example,
     alive: Sequence[Candidate],
     metric: Metric,
@@ -422,9 +358,8 @@ def _score_question(
     """Run every surviving candidate not yet scored on ``example`` and record each outcome (the metric's score,
     with a wrong answer and a failed run both 0)."""
     todo = [c for c in alive if c.name not in store.outcomes(index)]
-    names = runners["task"].pool.names
-    jobs = [RolloutJob(example, template_workflow(c.steps, names), program=runners[c.framing]) for c in todo]
-    runs = run_and_score(runners["task"], jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
+    jobs = [RolloutJob(example, template_workflow(c.steps, runner.pool.names)) for c in todo]
+    runs = run_and_score(runner, jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
     for candidate, run in zip(todo, runs, strict=True):
         reward = run.reward
         store.add(index, candidate, Outcome(reward.value, reward.steps, reward.tokens, reward.cost))
@@ -446,16 +381,7 @@ def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], e
         best = max(row[c.name].score for c in alive)
         if best > 0:
             keep.add(min((c for c in alive if row[c.name].score == best), key=lambda c: row[c.name].price).name)
-    twins = _framing_twins(alive)  # a model's direct step goes on in both framings, so they are compared on the same
-    keep |= {twins[name] for name in keep if name in twins}  # questions and the one it keeps was scored on them all
     return [c for c in alive if c.name in keep]
-
-
-def _framing_twins(candidates: Sequence[Candidate]) -> dict[str, str]:
-    """Each plain candidate's name to that of the task candidate of the same steps, and back."""
-    task = {c.steps: c.name for c in reversed(candidates) if c.framing == "task"}  # the first of equal steps
-    pairs = [(c.name, task[c.steps]) for c in candidates if c.framing == "plain" and c.steps in task]
-    return {**dict(pairs), **{twin: plain for plain, twin in pairs}}
 
 
 class _ScoreStore:

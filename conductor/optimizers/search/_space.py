@@ -8,10 +8,10 @@ The shapes are those that multi-agent systems and the oracle study use (AFlow's 
 - each worker alone, with each first-step instruction (the default, answer directly, and any the user gives), and
   each model with each instruction the search proposes about the answer's form (a tool computes its answer as it
   is, so told the form it would answer the same);
-- each model alone under the ``"plain"`` framing (``"smollm2 (plain)"``): the question alone as a user would ask it,
-  and each pair it opens with its first step so asked (``"smollm2 (plain) -> check"``), so that compile can keep,
-  per model, the framing its workflows answer better in (``SearchResult.framings``): the framing is the pool's, so
-  it changes every workflow that opens with the model's direct step;
+- each model asked the question alone, as a user would ask it (``"smollm2 (plain)"``: its subtask is
+  ``QUESTION_ALONE``), and each pair it opens so asked (``"smollm2 (plain) -> check"``): the conductor writes that
+  subtask per step, so which questions a model answers better asked plain, and in which workflows, is the search's
+  to find per question;
 - each worker, then each worker that sees it and checks it (a tool as it is; a model told to verify, or to refine);
 - ``k`` answers of one model, then each worker that sees them all combines them (a vote or check tool, or a model):
   self-consistency and Mixture-of-Agents in small.
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conductor.modules import ToolWorker, WorkerPool
-from conductor.modules.programs import DIRECT_SUBTASK
+from conductor.modules.programs import DIRECT_SUBTASK, QUESTION_ALONE
 from conductor.optimizers.finetune import TemplateStep
 
 DIRECT = DIRECT_SUBTASK  # the library's own single-worker step, so a fallback shares its replayed answer too
@@ -41,12 +41,10 @@ COMBINE = "Give the final answer the candidates above support best."
 @dataclass(frozen=True)
 class Candidate:
     """One workflow of the search space, by worker name. ``name`` is unique in the space and reads as the shape
-    (``"gemma -> check"``, ``"smollm2 x3 -> vote"``). ``framing`` is the framing its steps' workers answer in
-    (``Worker.framing``): ``"plain"`` for a model alone asked the question as a user would."""
+    (``"gemma -> check"``, ``"smollm2 x3 -> vote"``, ``"gemma (plain)"``: asked the question alone)."""
 
     name: str
     steps: tuple[TemplateStep, ...]
-    framing: str = "task"
 
 
 def candidate_space(
@@ -60,19 +58,17 @@ def candidate_space(
     plain: bool = True,
 ) -> list[Candidate]:
     """Every candidate of the shapes above over ``pool``, at most ``max_steps`` steps each, in a fixed order (singles
-    first, then the models alone under the plain framing). ``subtasks`` are the first-step instructions tried (the
+    first, then the models asked the question alone). ``subtasks`` are the first-step instructions tried (the
     first is the one the longer shapes open with), ``proposed`` more of them tried on the models only;
     ``samples`` below 2 leaves out the sample-then-combine shapes; ``pairs=False`` the worker-then-checker ones;
-    ``plain=False`` the plain-framed models and pairs (made only when ``subtasks`` holds ``DIRECT``, their task-framed
-    twin's first step; a pair's twin only when that is also its opening instruction)."""
+    ``plain=False`` the models and pairs opened by a model asked the question alone."""
     names, models = pool.names, [w.name for w in pool if not isinstance(w, ToolWorker)]
     out = []
     for name in names:
         tried = [*subtasks, *(s for s in proposed if name in models and s not in subtasks)]
         out += [_single(name, subtask, i, len(tried)) for i, subtask in enumerate(tried)]
-    plain = plain and DIRECT in subtasks
-    if plain:  # beside its twin: the same step in the task framing
-        out += [Candidate(f"{model} (plain)", (_direct(model, DIRECT),), framing="plain") for model in models]
+    if plain:
+        out += [Candidate(f"{model} (plain)", (_direct(model, QUESTION_ALONE),)) for model in models]
     if pairs and max_steps >= 2:
         first = subtasks[0]
         for answerer in names:
@@ -82,8 +78,9 @@ def candidate_space(
                 for subtask, what in _second_steps(checker in models):
                     steps = (_direct(answerer, first), TemplateStep(worker=checker, subtask=subtask))
                     out.append(Candidate(f"{answerer} -> {checker}{what}", steps))
-                    if plain and answerer in models and first == DIRECT:  # its first step asked plain
-                        out.append(Candidate(f"{answerer} (plain) -> {checker}{what}", steps, framing="plain"))
+                    if plain and answerer in models:  # its first step asked the question alone
+                        alone = (_direct(answerer, QUESTION_ALONE), steps[1])
+                        out.append(Candidate(f"{answerer} (plain) -> {checker}{what}", alone))
     if 2 <= samples < max_steps:
         for model in models:
             drafts = tuple(_sample(model, subtasks[0], i, samples) for i in range(samples))
