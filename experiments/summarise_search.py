@@ -6,7 +6,9 @@ trained on hand-written templates (``orchestration_fallback_train.yaml``). Both 
 test questions left out as seen in training are the same for every system. The search-trained rows, its unseen
 pools and max_depth 1, and its unseen families are the records of ``search_ablation.yaml``, ``search_variants.yaml``
 and ``search_unseen_families.yaml``; each model as a plain chat (the question alone) is ``search_plain_chat.yaml``;
-``"search"`` is what the search cost (``results/search/trained/search/search.json``).
+``"search"`` is what the search cost (``results/search/trained/search/search.json``). The conductor after GRPO on
+top of the search's warm start is ``search_grpo_ablation.yaml`` (issue 26). ``front.png`` draws every system's
+accuracy against the workers' tokens per question (the pool is local: every system cost $0).
 
     python experiments/summarise_search.py
 """
@@ -35,11 +37,13 @@ from summarise_orchestration import (
     scored,
 )
 
+from conductor.bench import ALL, aggregate, plot_accuracy_cost
 from conductor.bench.datasets import example_id
 from conductor.cli import load_run_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"
 TEMPLATES = "template-trained conductor"
+GRPO = "search warm start, then GRPO"
 
 
 def renamed(units: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -80,7 +84,8 @@ def main() -> None:
     searched = [*excluding(seen, records("search_ablation.yaml")), *ran("search_variants.yaml", seen)]
     templated = excluding(seen, records("orchestration_fallback_ablation.yaml"), [TRAINED])
     plain = ran("search_plain_chat.yaml", seen)  # each model called with the question alone (issue 26)
-    test = [*excluding(seen, ablation, BASELINES), *searched, *renamed(templated, TEMPLATES), *plain]
+    grpo = renamed(ran("search_grpo_ablation.yaml", seen), GRPO)
+    test = [*excluding(seen, ablation, BASELINES), *searched, *renamed(templated, TEMPLATES), *plain, *grpo]
     answered = {r["example_id"] for r in of(test, TRAINED)}  # every system on the same questions: paired
     test = [r for r in test if r["example_id"] in answered]
     unseen = [*excluding(seen, records("orchestration_unseen_families.yaml"), SINGLES)]
@@ -92,6 +97,7 @@ def main() -> None:
     best_plain = max(chats, key=lambda name: score(of(test, name), name)["accuracy"]) if chats else None
     systems = {
         "search-trained conductor": of(test, TRAINED),
+        GRPO: of(test, GRPO),
         TEMPLATES: of(test, TEMPLATES),
         "best single worker": of(test, best_single),
         **({"best worker as a plain chat": of(test, best_plain)} if best_plain else {}),
@@ -136,6 +142,8 @@ def main() -> None:
     table = ablation_table(summary, families)
     (RESULTS / "ablation.md").write_text(table)
     (RESULTS / "shapes.md").write_text(shapes_table(shapes))
+    fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
+    plot_accuracy_cost(fronts, RESULTS / "front.png", "Issue 11's test questions")
     print(table)
     for key in ("paired_with_templates", "multi_step_share", "unseen_pools", "unseen_families", "search"):
         print(f"{key}: {json.dumps(summary[key])}")
