@@ -129,17 +129,20 @@ def test_the_search_finds_each_kinds_workflow_from_unlabelled_questions(tmp_path
 
 
 def test_successive_halving_keeps_a_minority_kinds_only_right_workflow() -> None:
-    # one "shout" question among 24: by mean score its pair is near the bottom, but it alone answers that one. The
-    # search shuffles the questions with random.Random(seed); the shout question is put where the first rung has it.
+    # three "shout" questions among 24: by mean score their pair is near the bottom, but it alone answers them. The
+    # search shuffles the questions with random.Random(seed); the shout questions are put where the first rung has
+    # them (the first rung's 8 questions hold 3 shout, 3 spell and 2 add).
     order = list(range(24))
     random.Random(0).shuffle(order)
-    others = iter([example("spell", i) for i in range(12)] + [example("add", i) for i in range(11)])
-    trainset = [example("shout", 0) if i == order[0] else next(others) for i in range(24)]
+    shout = {order[0]: 0, order[3]: 1, order[6]: 2}
+    others = iter([example("spell", i) for i in range(11)] + [example("add", i) for i in range(10)])
+    trainset = [example("shout", shout[i]) if i in shout else next(others) for i in range(24)]
     program = Conductor(WorkerPool(workers()), max_steps=2)
     result = program_search(program, trainset, right, ProgramSearchConfig(first_rung=8, eta=3, samples=0))
     assert [r["questions"] for r in result.rungs] == [8, 24]
-    winner = result.winner(order[0])
-    assert winner is not None and shape(winner.steps) == ("reverse", "shout")
+    winners = [result.winner(i) for i in shout]
+    assert all(w is not None and shape(w.steps) == ("reverse", "shout") for w in winners), winners
+    winner = winners[0]
     survivors = [c for c in result.candidates if all(c.name in row for row in result.outcomes)]
     assert winner in survivors and len(survivors) < len(result.candidates) / 2
 
@@ -329,35 +332,51 @@ def test_questions_are_grouped_by_their_wording() -> None:
     assert nearest(["a b", "c"], 5) == [((0, 1.0), (1, 0.0)), ((1, 1.0), (0, 0.0))]  # fewer texts than asked: all
 
 
-def test_a_kind_near_chance_is_taught_the_workflow_right_most_often_on_questions_like_it() -> None:
-    # navigate-like questions: "plain" right on 3 of 5, "short" (fewer tokens) on 2; add questions: only "short".
+def test_a_kind_is_taught_the_workflow_right_most_often_on_questions_like_it() -> None:
+    # navigate-like questions: "plain" right on 7 of 8, "short" (fewer tokens) on 2; add questions: only "short".
     # Over all questions "short" wins more, so neither tokens, nor the overall best, nor luck on one question may
     # decide the navigate kind: each of its questions is taught "plain", also the one only "short" got right.
     short, plain = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain"))
+    walk = [(True, True), (False, True), (False, True), (True, False)] + [(False, True)] * 4
+    questions, rows = navigate_and_add(walk, adds=12)
+    result = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=5)
+    assert result.overall()[0] == short
+    assert [result.winner(i) for i in range(8)] == [plain] * 8
+    assert [result.winner(i) for i in range(8, 20)] == [short] * 12
+    # one question as its own neighbourhood: its own winner
+    assert SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1).winner(3) == short
+    # dollars don't outweigh a rate the data tells apart: "plain" at $1 is still taught on navigate
+    paid = [{**r, "plain": Outcome(r["plain"].score, 1, 30, 1.0)} for r in rows]
+    assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == plain
+
+
+def test_a_kind_near_chance_is_taught_one_workflow_the_cheaper_of_those_the_data_cant_tell_apart() -> None:
+    # navigate-like questions where "plain" (right on 3 of 6) and "short" (2 of 6) are right on different questions:
+    # one sample each can't tell them apart, so every question of the kind is taught the same one, the cheaper in
+    # dollars ("plain" here), not whichever led on its own neighbours; a question none is right on gets it too.
+    short, plain = (Candidate(n, (TemplateStep(worker="w", subtask=n),)) for n in ("short", "plain"))
+    walk = [(True, False), (False, True), (False, True), (True, False), (False, False), (False, True)]
+    questions, rows = navigate_and_add(walk, adds=6)
+    rows = [{**r, "short": Outcome(r["short"].score, 1, 10, 0.5)} for r in rows]  # "short" costs more
+    result = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=5)
+    assert [result.preferences(i)[0] for i in range(6)] == [plain] * 6  # by rate alone: short, plain, plain, short
+    loose = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1)  # each question alone
+    assert {loose.winner(i).name for i in (0, 1)} == {"short", "plain"}  # what the tie rule keeps from the teaching
+
+
+def navigate_and_add(walk: list[tuple[bool, bool]], adds: int) -> tuple[list[dspy.Example], list[dict]]:
+    """Navigate-like questions, one per ``(short right, plain right)`` of ``walk``, then ``adds`` add questions only
+    "short" answers, with each question's outcomes ("short" 10 tokens, "plain" 30)."""
 
     def row(short_right: bool, plain_right: bool) -> dict[str, Outcome]:
         return {"short": Outcome(float(short_right), 1, 10, 0.0), "plain": Outcome(float(plain_right), 1, 30, 0.0)}
 
-    walk = [(True, True), (False, True), (False, True), (True, False), (False, False)]
     questions = [
         dspy.Example(question=f"Take {i} steps north, then turn around. Back?").with_inputs("question")
-        for i in range(5)
+        for i in range(len(walk))
     ]
-    questions += [example("add", i) for i in range(6)]
-    rows = [row(*w) for w in walk] + [row(True, False) for _ in range(6)]
-    result = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=5)
-    assert result.overall()[0] == short
-    assert [result.winner(i) for i in range(4)] == [plain] * 4
-    assert result.winner(4) is None and result.preferences(4)[0] == plain  # none right on it: its kind's best
-    assert [result.winner(i) for i in range(5, 11)] == [short] * 6
-    # one question as its own neighbourhood: its own winner, and the overall best where none is right
-    alone = SearchResult([short, plain], questions, rows, SearchCost(), neighbours=1)
-    assert alone.winner(3) == short and alone.preferences(4)[0] == short
-    # dollars break ties only: the cheaper of two candidates right equally often on the questions like it
-    paid = [{**r, "plain": Outcome(r["plain"].score, 1, 30, 1.0)} for r in rows]
-    assert SearchResult([short, plain], questions, paid, SearchCost(), neighbours=5).winner(0) == plain
-    tied = [{**r, "plain": Outcome(r["short"].score, 1, 30, 1.0)} for r in rows]
-    assert SearchResult([short, plain], questions, tied, SearchCost(), neighbours=5).winner(0) == short
+    questions += [example("add", i) for i in range(adds)]
+    return questions, [row(*w) for w in walk] + [row(True, False) for _ in range(adds)]
 
 
 def test_a_pool_that_can_run_nothing_right_near_a_question_is_drawn_again() -> None:

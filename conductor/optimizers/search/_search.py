@@ -78,7 +78,7 @@ class ProgramSearchConfig(pydantic.BaseModel):
     pools_per_question: int = pydantic.Field(4, ge=1, description="random pools (warm-start examples) a question")
     min_pool_size: int = pydantic.Field(1, ge=1, description="the fewest workers a random pool holds")
     neighbours: int = pydantic.Field(
-        5, ge=1, description="questions whose scores pick what each is taught: itself and the most alike by words"
+        10, ge=1, description="questions whose scores pick what each is taught: itself and the most alike by words"
     )
     training: WarmStartConfig = pydantic.Field(
         WarmStartConfig(steps=40), description="the fine-tune that teaches the conductor what the search found"
@@ -148,27 +148,40 @@ class SearchResult:
         return tuple(sorted(self.candidates, key=lambda c: (-self.mean(c)[1], -self.mean(c)[0], self.mean_price(c))))
 
     def preferences(self, index: int) -> list[Candidate]:
-        """The candidates for question ``index`` in the order the warm start prefers them: the one right most often on
-        the questions like it first (its neighbourhood: itself and its ``neighbours - 1`` nearest by words,
-        ``nearest``, each weighted by how alike it is; a candidate dropped before it was scored on all of them counts
-        0 there), then one right on this question, then the cheaper (dollars, then calls), then ``overall``'s order
-        (tokens its last word); those not scored on it last. A question whose neighbourhood no candidate answers gets
-        ``overall``'s order: where a single strong worker would send it.
+        """The candidates for question ``index`` in the order the warm start prefers them. First those right about as
+        often as the best on the questions like it (its neighbourhood: itself and its ``neighbours - 1`` nearest by
+        words, ``nearest``, each weighted by how alike it is; a candidate dropped before it was scored on all of them
+        counts 0 there), within one standard error of the best rate, the cheaper first (dollars, then calls), then
+        ``overall``'s order (tokens its last word); then the rest, the one right most often near it first, then one
+        right on this question, then the cheaper; those not scored on it last. A question whose neighbourhood no
+        candidate answers gets ``overall``'s order: where a single strong worker would send it.
 
         Why the neighbourhood before the question's own score: one sample per question makes its winners partly
         luck, and what the conductor is taught is a guess about questions it has not seen. On issue 25's navigate,
         where every candidate is near chance, each question's own winner taught one kind several workflows, and with
         fallbacks the conductor learned none of them. How often a candidate is right on the questions like this one
         is the better estimate of how it does here; ``neighbours=1`` makes it the question's own score. A question
-        worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow."""
+        worded unlike its neighbours keeps its own winner: a kind of one question is still taught its workflow.
+
+        Why rates within one standard error count as a tie (the one-standard-error rule of model selection): on a
+        kind near chance several candidates are right about as often, and which one leads changes from question to
+        question with the weights of its neighbours; taught by that, issue 25's navigate got three workflows and the
+        conductor wrote a blend of them that answered nothing (run 7). Among candidates the data can't tell apart the
+        cheaper and then the better overall is taught, the same one for every question of the kind. A rate of 1 has
+        no error: a candidate always right near the question is never tied with one that is not."""
         row, rate = self.outcomes[index], self._neighbourhood_rate(index)
         if not any(rate.values()) and not any(o.score > 0 for o in row.values()):
             return list(self._overall)
         rank = {c.name: i for i, c in enumerate(self._overall)}
+        best = max(rate.values(), default=0.0)
+        tied = best - math.sqrt(best * (1 - best) / self._effective_size(index))
 
         def preference(candidate: Candidate) -> tuple:
-            own = row[candidate.name].score if candidate.name in row else 0.0
-            return (candidate.name not in row, -rate.get(candidate.name, 0.0), -own, *_price(row, candidate)[:2])
+            name, price = candidate.name, _price(row, candidate)[:2]
+            if name in rate and rate[name] > 0 and rate[name] >= tied:
+                return (False, 0, 0.0, 0.0, *price)  # about as good as the best: the cheaper first
+            own = row[name].score if name in row else 0.0
+            return (name not in row, 1, -rate.get(name, 0.0), -own, *price)
 
         return sorted(self.candidates, key=lambda c: (*preference(c), rank[c.name]))
 
@@ -193,6 +206,12 @@ class SearchResult:
             for name in self.outcomes[index]
             if all(name in outcomes for outcomes, _ in hood)
         }
+
+    def _effective_size(self, index: int) -> float:
+        """How many equally weighted questions question ``index``'s weighted neighbourhood is worth (Kish's effective
+        sample size: the squared sum of the weights over the sum of their squares)."""
+        weights = [weight for j, weight in self._neighbourhoods[index] if self.outcomes[j]]
+        return sum(weights) ** 2 / sum(w * w for w in weights)
 
     @functools.cached_property
     def _neighbourhoods(self) -> list[tuple[tuple[int, float], ...]]:
