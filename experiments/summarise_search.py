@@ -43,7 +43,7 @@ from conductor.cli import load_run_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"
 TEMPLATES = "template-trained conductor"
-GRPO = "search warm start, then GRPO"
+GRPO = "run 6 (earlier search warm start), then GRPO"
 
 
 def renamed(units: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
