@@ -62,7 +62,9 @@ def test_the_searched_workflows_teach_the_conductor_every_kind(one_torch_thread:
     for family in FAMILIES:
         unseen = [example(family, i) for i in UNSEEN]
         prompts = [program.prompt_messages(e.question) for e in unseen]
-        rows = policy.sample(prompts, SAMPLES, max_new_tokens=MAX_TOKENS, temperature=1.0, logits_processor=grammar)
+        rows = policy.sample(
+            prompts, SAMPLES, max_new_tokens=MAX_TOKENS, temperature=1.0, seed=0, logits_processor=grammar
+        )
         runs = [
             right(e, program.run_reply(e.question, program.read_completion(s.text)))
             for e, row in zip(unseen, rows, strict=True)
