@@ -6,8 +6,8 @@ trained on hand-written templates (``orchestration_fallback_train.yaml``). Both 
 test questions left out as seen in training are the same for every system. The search-trained rows, its unseen
 pools and max_depth 1, and its unseen families are the records of ``search_ablation.yaml``, ``search_variants.yaml``
 and ``search_unseen_families.yaml``; each model as a plain chat (the question alone) is ``search_plain_chat.yaml``;
-``"search"`` is what the search cost (``results/search/trained/search/search.json``). The conductor after GRPO on
-top of the search's warm start is ``search_grpo_ablation.yaml`` (issue 26). ``front.png`` draws every system's
+``"search"`` is what the search cost (``results/search/trained/search/search.json``). Run 6's conductor after GRPO
+(issue 26's pilot, on an earlier search warm start) is ``search_grpo_ablation.yaml``. ``front.png`` draws every system's
 accuracy against the workers' tokens per question (the pool is local: every system cost $0).
 
     python experiments/summarise_search.py
