@@ -54,7 +54,7 @@ from conductor.bench.datasets._dispatch import Metric
 from conductor.bench.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
 from conductor.deploy import conductor_lm, load_program
 from conductor.errors import ConfigError, invalid_config, validation_problems
-from conductor.modules import Budget, Conductor, PoolProgram, WorkerPool
+from conductor.modules import Budget, Conductor, PoolProgram, ReplayStore, WorkerPool
 from conductor.modules.baselines import (
     FixedPipeline,
     MixtureOfAgents,
@@ -465,6 +465,11 @@ class BenchConfig(_Spec):
     )
     threads: int = pydantic.Field(1, ge=1, description="units (a method on one example for one seed) run at once")
     output: ConfigPath = pydantic.Field(description="the results folder")
+    replay_store: ConfigPath | None = pydantic.Field(
+        None,
+        description="a file where the pool's `replay` workers keep their completions, shared by this run's processes "
+        "and by other runs that name it (their methods then draw on the same samples); None: each process its own",
+    )
     ray: str | None = pydantic.Field(
         None,
         min_length=1,
@@ -504,7 +509,10 @@ class BenchConfig(_Spec):
         """The pool for run seed ``seed`` (only a simulated pool depends on it)."""
         if isinstance(self.pool, SimulatedPool):
             return simulated_pool(**self.pool.simulated.model_dump(), seed=seed)
-        return WorkerPool.default() if self.pool == "default" else WorkerPool.from_file(self.pool)
+        if self.pool == "default":
+            return WorkerPool.default()
+        store = None if self.replay_store is None else ReplayStore(self.replay_store)
+        return WorkerPool.from_file(self.pool, replay_store=store)
 
     def fingerprint(self, method: MethodSpec, dataset: DatasetSpec) -> str:
         """A hash of everything that decides a unit's result besides its seed and example: the pool, the method and

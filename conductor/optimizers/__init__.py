@@ -10,6 +10,7 @@ from conductor.optimizers._compiler import ConductorCompiler, PhaseRecord
 from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._expert_iteration import ExpertIterationConfig, ExpertIterationReport, expert_iteration
 from conductor.optimizers._metric import WorkflowMetric
+from conductor.optimizers._paired import PairedComparison, paired_comparison
 from conductor.optimizers._prompt_search import PromptSearch, WorkflowFewShot
 from conductor.optimizers._rewards import Reward, RewardConfig, score
 from conductor.optimizers._rollouts import RolloutJob, ScoredRun, rollout_program, run_and_score
@@ -54,6 +55,7 @@ __all__ = [
     "ExpertIterationReport",
     "GRPOConfig",
     "GRPOTrainer",
+    "PairedComparison",
     "PhaseRecord",
     "ProgramSearchConfig",
     "PromptSearch",
@@ -73,6 +75,7 @@ __all__ = [
     "evaluate_program",
     "expert_iteration",
     "from_predictions",
+    "paired_comparison",
     "program_search",
     "proposed_subtasks",
     "rollout_program",

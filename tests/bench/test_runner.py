@@ -305,6 +305,22 @@ def test_a_worker_failure_is_that_units_failure(tmp_path):
     assert all(r["correct"] == 1.0 and r["calls"] == 1 for r in records if r["error_kind"] is None)
 
 
+def test_runs_that_name_one_replay_store_share_their_workers_samples(tmp_path):
+    """A second config (another output folder, the same store) asks its replay workers nothing the first one asked;
+    without the store it asks everything again."""
+    data = _config(tmp_path, seeds=[0], replay_store="replay.sqlite")
+    pool = yaml.safe_load((tmp_path / "pool.yaml").read_text())
+    pool["workers"][0]["replay"] = True
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    first = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["oracle"] == 8  # one per question: 2 datasets x 4 examples
+    again = run_benchmark(validate_config({**data, "output": "out2"}, base_dir=tmp_path), progress=False)
+    assert _calls()["oracle"] == 8 and _comparable(again) == _comparable(first)
+    alone = {k: v for k, v in data.items() if k != "replay_store"}
+    run_benchmark(validate_config({**alone, "output": "out3"}, base_dir=tmp_path), progress=False)
+    assert _calls()["oracle"] == 16
+
+
 def test_an_exception_in_a_unit_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     single = METHODS["single"]
     question = simulated_dataset(["mmlu"], 4)[1].question

@@ -29,7 +29,7 @@ import yaml
 from conductor._imports import import_object
 from conductor.errors import ConfigError, invalid_config
 from conductor.modules.tools import CalculatorWorker, CheckWorker, PythonWorker, VoteWorker
-from conductor.modules.workers import LMWorker, Price, ReplayWorker, ToolWorker, Worker, as_worker
+from conductor.modules.workers import LMWorker, Price, ReplayStore, ReplayWorker, ToolWorker, Worker, as_worker
 from conductor.modules.workflow import WorkerPromptAdapter
 
 BUILTIN_TOOLS = ("python", "calculator", "vote", "check")
@@ -177,22 +177,24 @@ class WorkerPool(Sequence[Worker]):
 
     # ---- building ------------------------------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: dict[str, Any] | PoolSpec) -> WorkerPool:
-        """Build from a config dict; every problem in it is reported at once in one ``ConfigError``."""
+    def from_config(cls, config: dict[str, Any] | PoolSpec, *, replay_store: ReplayStore | None = None) -> WorkerPool:
+        """Build from a config dict; every problem in it is reported at once in one ``ConfigError``. Workers with
+        ``replay`` keep their completions in ``replay_store`` when one is given (shared with other processes and
+        runs), else in memory."""
         try:
             spec = config if isinstance(config, PoolSpec) else PoolSpec.model_validate(config)
         except pydantic.ValidationError as exc:
             raise invalid_config("invalid worker pool config", exc, "(pool)") from None
         return cls(
-            [ReplayWorker(_build_worker(w)) if w.replay else _build_worker(w) for w in spec.workers],
+            [ReplayWorker(_build_worker(w), replay_store) if w.replay else _build_worker(w) for w in spec.workers],
             show_descriptions=spec.show_descriptions,
             spec=spec,
             fallbacks={w.name: w.fallbacks for w in spec.workers},
         )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> WorkerPool:
-        """Build from a ``.yaml``/``.yml`` or ``.toml`` file."""
+    def from_file(cls, path: str | Path, *, replay_store: ReplayStore | None = None) -> WorkerPool:
+        """Build from a ``.yaml``/``.yml`` or ``.toml`` file (``replay_store`` as for ``from_config``)."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -204,7 +206,7 @@ class WorkerPool(Sequence[Worker]):
             raise ConfigError(f"{path} is not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {exc}") from exc
         if not isinstance(config, dict):
             raise ConfigError(f"{path} must hold a mapping with a `workers` list")
-        return cls.from_config(config)
+        return cls.from_config(config, replay_store=replay_store)
 
     @classmethod
     def default(cls) -> WorkerPool:

@@ -2,7 +2,7 @@
 plain wrappers (a tool or DSPy module as a worker, a worker that replays answers) and a worker's call limits."""
 
 from conductor.modules.workers._limits import CallLimits
-from conductor.modules.workers._replay import ReplayWorker
+from conductor.modules.workers._replay import ReplayStore, ReplayWorker
 from conductor.modules.workers._tools import TRUNCATED, ModuleWorker, ToolWorker, as_worker
 from conductor.modules.workers._worker import (
     FREE,
@@ -27,6 +27,7 @@ __all__ = [
     "Messages",
     "ModuleWorker",
     "Price",
+    "ReplayStore",
     "ReplayWorker",
     "ToolWorker",
     "Worker",
