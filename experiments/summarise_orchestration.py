@@ -42,10 +42,10 @@ TRAINING_RUNS = ("orchestration_expert_pilot.yaml", "orchestration_fallback_trai
 
 
 def records(config_name: str) -> list[dict[str, Any]]:
-    """The records of a bench config's run. The config is not validated: the checkpoints it names are not kept in
-    git, and its records are all this needs."""
+    """The records of a bench config's run, the last of each unit. The config is not validated: the checkpoints it
+    names are not kept in git, and its records are all this needs."""
     output = yaml.safe_load((CONFIGS / config_name).read_text())["output"]
-    return ResultsFile(CONFIGS / output / RESULTS_FILE).read()
+    return ResultsFile(CONFIGS / output / RESULTS_FILE).latest()
 
 
 def excluding(seen: set[str], units: Sequence[dict[str, Any]], methods: Sequence[str] | None = None) -> list:
@@ -134,14 +134,14 @@ def main() -> None:
         print(f"{key}: {json.dumps(summary[key])}")
 
 
-def ablation_table(summary: dict[str, Any], families: Sequence[str]) -> str:
-    """The Markdown ablation table: accuracy with its 95% Wilson interval per family and over both, calls and
-    tokens per question (workers'), one row per system."""
+def ablation_table(summary: dict[str, Any], families: Sequence[str], overall: str = "both") -> str:
+    """The Markdown ablation table: accuracy with its 95% Wilson interval per family and ``overall`` (over every
+    family), calls and tokens per question (workers'), one row per system."""
 
     def cell(s: dict[str, Any]) -> str:
         return f"{100 * s['accuracy']:.0f} [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}]"
 
-    header = ["system", *(f"{f} % (n)" for f in families), "both % [95% CI]", "calls / q", "tokens / q"]
+    header = ["system", *(f"{f} % (n)" for f in families), f"{overall} % [95% CI]", "calls / q", "tokens / q"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, total in summary["test"].items():
         per = [f"{cell(summary['per_family'][f][name])} ({summary['per_family'][f][name]['n']})" for f in families]

@@ -77,6 +77,11 @@ class ResultsFile:
                 logger.warning("%s:%d is not a whole record (a run killed mid-write?); skipped", self.path, number)
         return records
 
+    def latest(self) -> list[dict[str, Any]]:
+        """The last record of each unit, in the order first written: a unit rerun (its method, pool or checkpoint
+        changed since it was recorded) counts once, as it was last run."""
+        return list({record_key(r): r for r in self.read()}.values())
+
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(record, default=str) + "\n"

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from operator import itemgetter
 from pathlib import Path
 
 import pytest
@@ -402,6 +403,11 @@ def test_a_changed_method_is_recomputed_on_resume(tmp_path):
     records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
     assert _calls() == Counter({"oracle": 16})  # only the changed method ran again
     assert all(r["correct"] == 1.0 for r in records)
+    results = ResultsFile(tmp_path / "out" / RESULTS_FILE)
+    assert len(results.read()) == 32 + 16  # the file keeps the records the rerun replaced
+    unit = itemgetter("method", "dataset", "seed", "example_id")
+    latest = sorted(_comparable(results.latest()), key=unit)
+    assert latest == sorted(_comparable(records), key=unit)  # each unit once, as last run
 
 
 # ---- statistics and reports ----------------------------------------------------------------------------------------
