@@ -115,9 +115,7 @@ def main() -> None:
             "best worker as a plain chat": best_plain,
             "best fixed pipeline": pipelines,
         },
-        "multi_step_share": {
-            f: round(sum(n for s, n in counts.items() if "->" in s) / counts.total(), 4) for f, counts in shapes.items()
-        },
+        "multi_step_share": multi_step_shares(shapes),
         "paired_with_templates": paired(of(test, TRAINED), of(test, TEMPLATES)),
         "unseen_pools": {
             name.removeprefix("unseen pool: "): {
@@ -147,6 +145,11 @@ def main() -> None:
     print(table)
     for key in ("paired_with_templates", "multi_step_share", "unseen_pools", "unseen_families", "search"):
         print(f"{key}: {json.dumps(summary[key])}")
+
+
+def multi_step_shares(shapes: dict[str, Counter]) -> dict[str, float]:
+    """Per family, the share of test questions the conductor answered with a workflow of more than one step."""
+    return {f: round(sum(n for s, n in c.items() if "->" in s) / c.total(), 4) for f, c in shapes.items()}
 
 
 def shapes_table(shapes: dict[str, Counter]) -> str:

@@ -1,0 +1,132 @@
+"""Issue 25's broader study, summarised: ``results/search/broad/summary.json``, ``ablation.md``, ``shapes.md`` and
+``front.png``.
+
+The conductor compiled by ``search_broad_train.yaml`` (program search, then its warm start; no hand-written workflow)
+on 50 test questions of each of its 6 training families (``search_broad_ablation.yaml``), beside the baselines on the
+same questions (``search_broad_baselines.yaml``), its variants (``search_broad_variants.yaml``,
+``search_broad_plus_worker.yaml``) and, on the 2 families it never saw, the single models
+(``search_broad_unseen.yaml``). A config not run yet leaves its rows out. Choices:
+
+- "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
+  questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
+  alone;
+- "best fixed pipeline": per family, the oracle table's best candidate (chosen by the search on the training
+  questions, ``trained/search/oracle.json``), run as a fixed workflow: an oracle told the family;
+- the comparisons with the conductor are paired (the same questions), with Newcombe's 95% interval and McNemar's p.
+
+    python experiments/summarise_broad.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from summarise_orchestration import CONFIGS, ablation_table, excluding, of, records, score, scored
+from summarise_search import multi_step_shares, ran, shape, shapes_table
+
+from conductor.bench import ALL, aggregate, plot_accuracy_cost
+from conductor.bench.datasets import example_id
+from conductor.cli import load_run_config
+from conductor.optimizers import paired_comparison
+
+RESULTS = Path(__file__).resolve().parent / "results" / "search" / "broad"
+TRAINED = "trained conductor"
+SINGLES = ("smollm2", "gemma", "calculator")  # every worker that answers alone (vote and check need candidates)
+PLAIN_CHATS = ("smollm2 plain chat", "gemma plain chat")
+ROUTER = "shipped router"
+DIRECT = ("mixture-of-agents", "untrained conductor", "trained conductor, max_depth 1")
+UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus one worker")
+ROW_OF_CANDIDATE = {"smollm2 [1]": "smollm2"}  # the baselines config runs this candidate as the single worker's row
+
+
+def best_of(units: list[dict[str, Any]], names: tuple[str, ...]) -> str:
+    return max(names, key=lambda name: score(of(units, name), name)["accuracy"])
+
+
+def oracle_pipelines() -> dict[str, str]:
+    """Per family, the row of the baselines config that runs the oracle table's best candidate."""
+    oracle = json.loads((RESULTS / "trained" / "search" / "oracle.json").read_text())
+    return {row["kind"]: ROW_OF_CANDIDATE.get(row["best"], row["best"]) for row in oracle}
+
+
+def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The conductor against ``theirs`` on the questions both answered: counts, difference, interval, p."""
+    right = {r["example_id"]: r["correct"] for r in theirs}
+    shared = [r for r in ours if r["example_id"] in right]
+    comparison = paired_comparison(
+        [right[r["example_id"]] for r in shared], [r["correct"] for r in shared], a=name, b=TRAINED
+    )
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in comparison.as_dict().items()}
+
+
+def main() -> None:
+    splits = load_run_config(CONFIGS / "search_broad_train.yaml").splits()
+    seen = {example_id(e) for e in [*splits.train, *splits.val]}
+    benched = [*records("search_broad_ablation.yaml"), *ran("search_broad_baselines.yaml", set())]
+    benched += [*ran("search_broad_variants.yaml", set()), *ran("search_broad_plus_worker.yaml", set())]
+    answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
+    test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
+    unseen = excluding(seen, ran("search_broad_unseen.yaml", set()))
+    families = sorted({r["dataset"] for r in of(test, TRAINED)})
+    pipelines = oracle_pipelines()
+    best_single, best_chat = best_of(test, SINGLES), best_of(test, PLAIN_CHATS)
+    systems = {
+        TRAINED: of(test, TRAINED),
+        "best single worker": of(test, best_single),
+        "best worker as a plain chat": of(test, best_chat),
+        "best fixed pipeline": [r for f in families for r in of(test, pipelines[f], f)],
+        ROUTER: of(test, ROUTER),
+        **{name: of(test, name) for name in DIRECT},
+    }
+    systems = {name: units for name, units in systems.items() if units}  # a config not run yet has no row
+    ours = systems[TRAINED]
+    against = {name: compared(ours, units, name) for name, units in systems.items() if name != TRAINED}
+    pools = {name: of(test, name) for name in UNSEEN_POOLS if of(test, name)}
+    best_unseen = best_of(unseen, SINGLES[:2] + PLAIN_CHATS) if unseen else None
+    shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
+    search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
+    summary = {
+        **scored(systems, families),
+        "chosen": {
+            "best single worker": best_single,
+            "best worker as a plain chat": best_chat,
+            "best fixed pipeline": pipelines,
+        },
+        "paired": against,
+        "multi_step_share": multi_step_shares(shapes),
+        "unseen_pools": {
+            name.removeprefix("unseen pool: "): {
+                "accuracy": score(units, name)["accuracy"],
+                "share_of_training_pool": round(
+                    score(units, name)["accuracy"] / max(score(ours, TRAINED)["accuracy"], 1e-9), 4
+                ),
+                "n": len(units),
+            }
+            for name, units in pools.items()
+        },
+        "unseen_families": {
+            TRAINED: score(of(unseen, TRAINED), TRAINED),
+            "best single worker": score(of(unseen, best_unseen), best_unseen),
+            "best single worker is": best_unseen,
+        }
+        if of(unseen, TRAINED)
+        else "not run",
+        "test_questions_left_out_as_seen_in_training": len({r["example_id"] for r in benched} & seen),
+        "search": {name: search[name] for name in ("candidates", "worker_calls", "tokens", "wall_s")},
+    }
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    table = ablation_table(summary, families, overall="all")
+    (RESULTS / "ablation.md").write_text(table)
+    (RESULTS / "shapes.md").write_text(shapes_table(shapes))
+    fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
+    plot_accuracy_cost(fronts, RESULTS / "front.png", "The broad study's 6 families")
+    print(table)
+    for key in ("paired", "multi_step_share", "unseen_pools", "unseen_families", "search"):
+        print(f"{key}: {json.dumps(summary[key])}")
+
+
+if __name__ == "__main__":
+    main()
