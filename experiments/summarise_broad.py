@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from summarise_orchestration import CONFIGS, ablation_table, excluding, of, records, score, scored
+from summarise_orchestration import CONFIGS, ablation_table, best_of, excluding, of, records, score, scored
 from summarise_search import multi_step_shares, ran, shape, shapes_table
 
 from conductor.bench import ALL, aggregate, plot_accuracy_cost
@@ -40,10 +40,6 @@ ROUTER = "shipped router"
 DIRECT = ("mixture-of-agents", "untrained conductor", "trained conductor, max_depth 1")
 UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus one worker")
 ROW_OF_CANDIDATE = {"smollm2 [1]": "smollm2"}  # the baselines config runs this candidate as the single worker's row
-
-
-def best_of(units: list[dict[str, Any]], names: tuple[str, ...]) -> str:
-    return max(names, key=lambda name: score(of(units, name), name)["accuracy"])
 
 
 def oracle_pipelines() -> dict[str, str]:

@@ -79,6 +79,11 @@ def of(units: Sequence[dict[str, Any]], method: str, dataset: str | None = None)
     return [r for r in units if r["method"] == method and dataset in (None, r["dataset"])]
 
 
+def best_of(units: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    """The one of ``names`` with the highest accuracy on ``units``."""
+    return max(names, key=lambda name: score(of(units, name), name)["accuracy"])
+
+
 def best_pipelines_on_validation(families: Sequence[str]) -> dict[str, str]:
     """Per family, the ablation's fixed pipeline with the highest validation accuracy in the oracle table."""
     oracle = json.loads((RESULTS / "oracle" / "results.json").read_text())["per_dataset"]
@@ -99,7 +104,7 @@ def main() -> None:
     ]
     families = sorted({r["dataset"] for r in test})
     pipelines = best_pipelines_on_validation(families)
-    best_single = max(SINGLES, key=lambda name: score(of(test, name), name)["accuracy"])
+    best_single = best_of(test, SINGLES)
     systems = {
         "trained conductor": of(test, TRAINED),
         "best single worker": of(test, best_single),
@@ -107,7 +112,7 @@ def main() -> None:
         **{name: of(test, name) for name in DIRECT},
     }
     shapes = {f: [r["workflow"] for r in of(test, TRAINED, f)] for f in families}
-    best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
+    best_unseen = best_of(unseen, SINGLES)
     summary = {
         **scored(systems, families),
         "chosen": {"best single worker": best_single, "best fixed pipeline": pipelines},

@@ -29,6 +29,7 @@ from summarise_orchestration import (
     TRAINING_RUNS,
     UNSEEN_POOLS,
     ablation_table,
+    best_of,
     best_pipelines_on_validation,
     excluding,
     of,
@@ -92,9 +93,9 @@ def main() -> None:
     unseen += ran("search_unseen_families.yaml", seen)
     families = sorted({r["dataset"] for r in searched})
     pipelines = best_pipelines_on_validation(families)
-    best_single = max(SINGLES, key=lambda name: score(of(test, name), name)["accuracy"])
+    best_single = best_of(test, SINGLES)
     chats = sorted({r["method"] for r in plain})
-    best_plain = max(chats, key=lambda name: score(of(test, name), name)["accuracy"]) if chats else None
+    best_plain = best_of(test, chats) if chats else None
     systems = {
         "search-trained conductor": of(test, TRAINED),
         GRPO: of(test, GRPO),
@@ -106,7 +107,7 @@ def main() -> None:
     }
     systems = {name: units for name, units in systems.items() if units}  # a variant not run yet has no row
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
-    best_unseen = max(SINGLES, key=lambda name: score(of(unseen, name), name)["accuracy"])
+    best_unseen = best_of(unseen, SINGLES)
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
     summary = {
         **scored(systems, families),

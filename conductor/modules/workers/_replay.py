@@ -48,23 +48,26 @@ class ReplayStore:
 
     def get(self, call: str) -> Completion | None:
         with closing(self._connect()) as db:
-            row = db.execute(
-                "SELECT text, input_tokens, output_tokens, cost FROM completions WHERE call = ?", (call,)
-            ).fetchone()
-        return None if row is None else Completion(*row)
+            return _stored(db, call)
 
     def keep(self, call: str, completion: Completion) -> Completion:
         """Stores ``completion`` unless another process stored one for ``call`` first; returns the one stored."""
         with closing(self._connect()) as db, db:
             db.execute(
-                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?)",
-                (call, *dataclasses.astuple(completion)),
+                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?)", (call, *dataclasses.astuple(completion))
             )
-        return self.get(call) or completion
+            return _stored(db, call) or completion
 
     def __len__(self) -> int:
         with closing(self._connect()) as db:
             return db.execute("SELECT count(*) FROM completions").fetchone()[0]
+
+
+def _stored(db: sqlite3.Connection, call: str) -> Completion | None:
+    row = db.execute(
+        "SELECT text, input_tokens, output_tokens, cost FROM completions WHERE call = ?", (call,)
+    ).fetchone()
+    return None if row is None else Completion(*row)
 
 
 class ReplayWorker(Worker):
