@@ -3,8 +3,9 @@
 
 The conductor compiled by ``search_broad_train.yaml`` (program search, then its warm start; no hand-written workflow)
 on 50 test questions of each of its 6 training families (``search_broad_ablation.yaml``), beside the baselines on the
-same questions (``search_broad_baselines.yaml``), its variants (``search_broad_variants.yaml``,
-``search_broad_plus_worker.yaml``) and, on the 2 families it never saw, the single models
+same questions (``search_broad_baselines.yaml``); its variants on the first 20 of those questions a family
+(``search_broad_variants.yaml``, ``search_broad_plus_worker.yaml``: ``variants.md``), each compared with the trained
+conductor on its training pool in the same run; and, on the 2 families it never saw, the single models
 (``search_broad_unseen.yaml``). A config not run yet leaves its rows out. Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
@@ -37,7 +38,9 @@ TRAINED = "trained conductor"
 SINGLES = ("smollm2", "gemma", "calculator")  # every worker that answers alone (vote and check need candidates)
 PLAIN_CHATS = ("smollm2 plain chat", "gemma plain chat")
 ROUTER = "shipped router"
-DIRECT = ("mixture-of-agents", "untrained conductor", "trained conductor, max_depth 1")
+DIRECT = ("mixture-of-agents",)
+TRAINING_POOL = "trained conductor, training pool"  # the variants' run's own trained-conductor row, paired with them
+VARIANTS = ("untrained conductor", "trained conductor, max_depth 1")
 UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus one worker")
 ROW_OF_CANDIDATE = {"smollm2 [1]": "smollm2"}  # the baselines config runs this candidate as the single worker's row
 
@@ -53,12 +56,13 @@ def family_pipeline(pipelines: dict[str, str], family: str) -> str:
     return next(row for kind, row in pipelines.items() if family == kind or family.startswith(kind + "/"))
 
 
-def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """The conductor against ``theirs`` on the questions both answered: counts, difference, interval, p."""
+def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str, us: str = TRAINED) -> dict[str, Any]:
+    """``us`` (the units ``ours``) against ``theirs`` on the questions both answered: counts, difference, interval,
+    p."""
     right = {r["example_id"]: r["correct"] for r in theirs}
     shared = [r for r in ours if r["example_id"] in right]
     comparison = paired_comparison(
-        [right[r["example_id"]] for r in shared], [r["correct"] for r in shared], a=name, b=TRAINED
+        [right[r["example_id"]] for r in shared], [r["correct"] for r in shared], a=name, b=us
     )
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in comparison.as_dict().items()}
 
@@ -67,7 +71,9 @@ def main() -> None:
     splits = load_run_config(CONFIGS / "search_broad_train.yaml").splits()
     seen = {example_id(e) for e in [*splits.train, *splits.val]}
     benched = [*records("search_broad_ablation.yaml"), *ran("search_broad_baselines.yaml", set())]
-    benched += [*ran("search_broad_variants.yaml", set()), *ran("search_broad_plus_worker.yaml", set())]
+    variants = excluding(
+        seen, [*ran("search_broad_variants.yaml", set()), *ran("search_broad_plus_worker.yaml", set())]
+    )
     answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
     test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
     unseen = excluding(seen, ran("search_broad_unseen.yaml", set()))
@@ -85,7 +91,10 @@ def main() -> None:
     systems = {name: units for name, units in systems.items() if units}  # a config not run yet has no row
     ours = systems[TRAINED]
     against = {name: compared(ours, units, name) for name, units in systems.items() if name != TRAINED}
-    pools = {name: of(test, name) for name in UNSEEN_POOLS if of(test, name)}
+    on_training_pool = of(variants, TRAINING_POOL)
+    variant_rows = {
+        name: of(variants, name) for name in (TRAINING_POOL, *VARIANTS, *UNSEEN_POOLS) if of(variants, name)
+    }
     best_unseen = best_of(unseen, SINGLES[:2] + PLAIN_CHATS) if unseen else None
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
@@ -98,20 +107,34 @@ def main() -> None:
         },
         "paired": against,
         "multi_step_share": multi_step_shares(shapes),
+        "variants": {
+            **scored(variant_rows, families),
+            "paired": {
+                name: compared(on_training_pool, units, name, us=TRAINING_POOL)
+                for name, units in variant_rows.items()
+                if name != TRAINING_POOL
+            },
+        }
+        if on_training_pool
+        else "not run",
         "unseen_pools": {
             name.removeprefix("unseen pool: "): {
                 "accuracy": score(units, name)["accuracy"],
                 "share_of_training_pool": round(
-                    score(units, name)["accuracy"] / max(score(ours, TRAINED)["accuracy"], 1e-9), 4
+                    score(units, name)["accuracy"] / max(score(on_training_pool, TRAINING_POOL)["accuracy"], 1e-9), 4
                 ),
                 "n": len(units),
             }
-            for name, units in pools.items()
+            for name, units in variant_rows.items()
+            if name in UNSEEN_POOLS
         },
         "unseen_families": {
-            TRAINED: score(of(unseen, TRAINED), TRAINED),
-            "best single worker": score(of(unseen, best_unseen), best_unseen),
+            **scored(
+                {TRAINED: of(unseen, TRAINED), best_unseen: of(unseen, best_unseen)},
+                sorted({r["dataset"] for r in unseen}),
+            ),
             "best single worker is": best_unseen,
+            "paired": compared(of(unseen, TRAINED), of(unseen, best_unseen), best_unseen),
         }
         if of(unseen, TRAINED)
         else "not run",
@@ -122,10 +145,12 @@ def main() -> None:
     table = ablation_table(summary, families, overall="all")
     (RESULTS / "ablation.md").write_text(table)
     (RESULTS / "shapes.md").write_text(shapes_table(shapes))
+    if on_training_pool:
+        (RESULTS / "variants.md").write_text(ablation_table(summary["variants"], families, overall="all"))
     fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
     plot_accuracy_cost(fronts, RESULTS / "front.png", "The broad study's 6 families")
     print(table)
-    for key in ("paired", "multi_step_share", "unseen_pools", "unseen_families", "search"):
+    for key in ("paired", "multi_step_share", "variants", "unseen_pools", "unseen_families", "search"):
         print(f"{key}: {json.dumps(summary[key])}")
 
 
