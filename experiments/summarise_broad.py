@@ -4,9 +4,10 @@
 The conductor compiled by ``search_broad_train.yaml`` (program search, then its warm start; no hand-written workflow)
 on 50 test questions of each of its 6 training families (``search_broad_ablation.yaml``), beside the baselines on the
 same questions (``search_broad_baselines.yaml``); its variants on the first 20 of those questions a family
-(``search_broad_variants.yaml``, ``search_broad_plus_worker.yaml``: ``variants.md``), each compared with the trained
-conductor on its training pool in the same run; and, on the 2 families it never saw, the single models
-(``search_broad_unseen.yaml``). A config not run yet leaves its rows out. Choices:
+(``search_broad_variants.yaml``, ``search_broad_plus_worker.yaml``, ``search_broad_depth.yaml``: ``variants.md``),
+each compared with the trained conductor on its training pool in the same run; on the 2 families it never saw, the
+single models (``search_broad_unseen.yaml``); and, as a candidate for the shipped default, the shipped router on that
+router's own test split (``search_broad_default.yaml``). A config not run yet leaves its rows out. Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
   questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
@@ -38,6 +39,7 @@ TRAINED = "trained conductor"
 SINGLES = ("smollm2", "gemma", "calculator")  # every worker that answers alone (vote and check need candidates)
 PLAIN_CHATS = ("smollm2 plain chat", "gemma plain chat")
 ROUTER = "shipped router"
+BROAD = "broad conductor"  # the trained conductor's name where it is a candidate for the shipped default
 DIRECT = ("mixture-of-agents",)
 TRAINING_POOL = "trained conductor, training pool"  # the variants' run's own trained-conductor row, paired with them
 VARIANTS = ("untrained conductor", "trained conductor, max_depth 1")
@@ -67,13 +69,26 @@ def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in comparison.as_dict().items()}
 
 
+def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
+    """The broad conductor against the shipped router and the best single worker on the router's own test split
+    (``search_broad_default.yaml``), per family and paired, or "not run"."""
+    if not of(units, BROAD):
+        return "not run"
+    best = best_of(units, SINGLES + PLAIN_CHATS[:1])
+    rows = {BROAD: of(units, BROAD), ROUTER: of(units, ROUTER), best: of(units, best)}
+    return {
+        **scored(rows, sorted({r["dataset"] for r in units})),
+        "best single worker is": best,
+        "paired": {name: compared(rows[BROAD], rows[name], name, us=BROAD) for name in (ROUTER, best)},
+    }
+
+
 def main() -> None:
     splits = load_run_config(CONFIGS / "search_broad_train.yaml").splits()
     seen = {example_id(e) for e in [*splits.train, *splits.val]}
     benched = [*records("search_broad_ablation.yaml"), *ran("search_broad_baselines.yaml", set())]
-    variants = excluding(
-        seen, [*ran("search_broad_variants.yaml", set()), *ran("search_broad_plus_worker.yaml", set())]
-    )
+    variant_configs = ("search_broad_variants.yaml", "search_broad_plus_worker.yaml", "search_broad_depth.yaml")
+    variants = excluding(seen, [r for name in variant_configs for r in ran(name, set())])
     answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
     test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
     unseen = excluding(seen, ran("search_broad_unseen.yaml", set()))
@@ -138,6 +153,7 @@ def main() -> None:
         }
         if of(unseen, TRAINED)
         else "not run",
+        "as_shipped_default": as_default(ran("search_broad_default.yaml", set())),
         "test_questions_left_out_as_seen_in_training": len({r["example_id"] for r in benched} & seen),
         "search": {name: search[name] for name in ("candidates", "worker_calls", "tokens", "wall_s")},
     }
@@ -150,7 +166,7 @@ def main() -> None:
     fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
     plot_accuracy_cost(fronts, RESULTS / "front.png", "The broad study's 6 families")
     print(table)
-    for key in ("paired", "multi_step_share", "variants", "unseen_pools", "unseen_families", "search"):
+    for key in ("paired", "multi_step_share", "variants", "unseen_pools", "unseen_families", "as_shipped_default"):
         print(f"{key}: {json.dumps(summary[key])}")
 
 
