@@ -156,7 +156,6 @@ def update_throughput(model: torch.nn.Module, args: argparse.Namespace, device: 
     seconds = statistics.median(one() for _ in range(args.repeats))
     tokens_per_s = args.update_rows * args.update_tokens / seconds
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    policy.unload()  # the base back without the adapter, for the next dtype
     return {
         "rows": args.update_rows,
         "tokens_a_row": args.update_tokens,
