@@ -6,12 +6,15 @@ on 50 test questions of each of its 6 training families (``search_broad_ablation
 same questions (``search_broad_baselines.yaml``); its variants on the first 20 of those questions a family
 (``search_broad_variants.yaml``, ``search_broad_plus_worker.yaml``, ``search_broad_depth.yaml``: ``variants.md``),
 each compared with the trained conductor on its training pool in the same run; on the 2 families it never saw, the
-single models (``search_broad_unseen.yaml``); and, as a candidate for the shipped default, the shipped router on that
-router's own test split (``search_broad_default.yaml``). A config not run yet leaves its rows out. Choices:
+single models (``search_broad_unseen.yaml``, ``search_broad_unseen_calculator.yaml``); and, as a candidate for the
+shipped default, the shipped router on that router's own test split (``search_broad_default.yaml``). A config not run
+yet leaves its rows out. Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
   questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
   alone;
+- on the unseen families, two single workers: the best of them there (its best case, plain chats included), and
+  the study's best single worker above, the one a user would have chosen on the training families;
 - "best fixed pipeline": per family, the oracle table's best candidate (chosen by the search on the training
   questions, ``trained/search/oracle.json``), run as a fixed workflow: an oracle told the family;
 - the comparisons with the conductor are paired (the same questions), with Newcombe's 95% interval and McNemar's p.
@@ -91,7 +94,9 @@ def main() -> None:
     variants = excluding(seen, [r for name in variant_configs for r in ran(name, set())])
     answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
     test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
-    unseen = excluding(seen, ran("search_broad_unseen.yaml", set()))
+    unseen = excluding(
+        seen, [*ran("search_broad_unseen.yaml", set()), *ran("search_broad_unseen_calculator.yaml", set())]
+    )
     families = sorted({r["dataset"] for r in of(test, TRAINED)})
     pipelines = oracle_pipelines()
     best_single, best_chat = best_of(test, SINGLES), best_of(test, PLAIN_CHATS)
@@ -110,7 +115,9 @@ def main() -> None:
     variant_rows = {
         name: of(variants, name) for name in (TRAINING_POOL, *VARIANTS, *UNSEEN_POOLS) if of(variants, name)
     }
-    best_unseen = best_of(unseen, SINGLES[:2] + PLAIN_CHATS) if unseen else None
+    best_unseen = best_of(unseen, SINGLES + PLAIN_CHATS) if unseen else None
+    # the study's best single worker, as a user would have chosen it on the training families, asked the new ones
+    unseen_study_best = {f"{best_single} (the study's best single worker)": of(unseen, best_single)}
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
     summary = {
@@ -145,11 +152,14 @@ def main() -> None:
         },
         "unseen_families": {
             **scored(
-                {TRAINED: of(unseen, TRAINED), best_unseen: of(unseen, best_unseen)},
+                {TRAINED: of(unseen, TRAINED), best_unseen: of(unseen, best_unseen), **unseen_study_best},
                 sorted({r["dataset"] for r in unseen}),
             ),
             "best single worker is": best_unseen,
-            "paired": compared(of(unseen, TRAINED), of(unseen, best_unseen), best_unseen),
+            "paired": {
+                name: compared(of(unseen, TRAINED), units, name)
+                for name, units in {best_unseen: of(unseen, best_unseen), **unseen_study_best}.items()
+            },
         }
         if of(unseen, TRAINED)
         else "not run",
