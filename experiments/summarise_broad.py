@@ -116,8 +116,10 @@ def main() -> None:
         name: of(variants, name) for name in (TRAINING_POOL, *VARIANTS, *UNSEEN_POOLS) if of(variants, name)
     }
     best_unseen = best_of(unseen, SINGLES + PLAIN_CHATS) if unseen else None
-    # the study's best single worker, as a user would have chosen it on the training families, asked the new ones
-    unseen_study_best = {f"{best_single} (the study's best single worker)": of(unseen, best_single)}
+    unseen_singles = {  # the best there, and the study's best single worker, as a user would have chosen it
+        best_unseen: of(unseen, best_unseen),
+        f"{best_single} (the study's best single worker)": of(unseen, best_single),
+    }
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
     search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
     summary = {
@@ -151,15 +153,9 @@ def main() -> None:
             if name in UNSEEN_POOLS
         },
         "unseen_families": {
-            **scored(
-                {TRAINED: of(unseen, TRAINED), best_unseen: of(unseen, best_unseen), **unseen_study_best},
-                sorted({r["dataset"] for r in unseen}),
-            ),
+            **scored({TRAINED: of(unseen, TRAINED), **unseen_singles}, sorted({r["dataset"] for r in unseen})),
             "best single worker is": best_unseen,
-            "paired": {
-                name: compared(of(unseen, TRAINED), units, name)
-                for name, units in {best_unseen: of(unseen, best_unseen), **unseen_study_best}.items()
-            },
+            "paired": {name: compared(of(unseen, TRAINED), units, name) for name, units in unseen_singles.items()},
         }
         if of(unseen, TRAINED)
         else "not run",
