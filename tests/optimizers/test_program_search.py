@@ -185,6 +185,43 @@ def test_a_search_run_again_resumes_without_calling_a_worker_for_scored_pairs(tm
     assert second.cost.worker_calls == first.cost.worker_calls  # the cost so far is carried over, not reset
 
 
+def test_a_search_over_edited_data_scores_only_the_questions_it_has_not_seen(tmp_path: Path) -> None:
+    def search(trainset: list[dspy.Example]) -> tuple[SearchResult, list[str]]:
+        """The result, and the prompts the workers were sent."""
+        counted = workers()
+        program = Conductor(WorkerPool(counted), max_steps=4)
+        config = ProgramSearchConfig(first_rung=len(trainset))  # one rung: every candidate on every question
+        result = program_search(program, trainset, right, config, output_dir=tmp_path)
+        return result, [prompt for w in counted for prompt in w.prompts]
+
+    trainset = questions(range(4))
+    search(trainset)
+    fresh = example("add", 9)  # one question replaced by a new one, and the rest reordered
+    edited = [fresh, *reversed(trainset[1:])]
+    result, prompts = search(edited)
+    assert prompts and all(fresh.question in prompt for prompt in prompts)  # the new question's calls alone
+    assert [shape(result.winner(i).steps) for i in range(len(edited))] == [RIGHT_SHAPE[family_of(e)] for e in edited]
+    assert search(edited)[1] == []
+    relabelled = [fresh.copy(answer="a different answer"), *edited[1:]]  # a label fixed: its old scores are stale
+    prompts = search(relabelled)[1]
+    assert prompts and all(fresh.question in prompt for prompt in prompts)
+
+
+def test_pairs_an_older_version_wrote_without_a_question_key_are_kept_and_scored_again(tmp_path: Path) -> None:
+    trainset = questions(range(1))
+    program_search(Conductor(WorkerPool(workers()), max_steps=2), trainset, right, output_dir=tmp_path)
+    scores = tmp_path / "scores.jsonl"
+    unkeyed = [
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "key"})
+        for line in scores.read_text().splitlines()
+    ]
+    scores.write_text("".join(line + "\n" for line in unkeyed))
+    again = workers()
+    program_search(Conductor(WorkerPool(again), max_steps=2), trainset, right, output_dir=tmp_path)
+    assert sum(w.calls for w in again) > 0
+    assert scores.read_text().splitlines()[: len(unkeyed)] == unkeyed  # nothing the older version wrote is lost
+
+
 def test_a_search_killed_mid_write_scores_the_cut_pair_again(tmp_path: Path) -> None:
     trainset = questions(range(2))
     program_search(Conductor(WorkerPool(workers()), max_steps=2), trainset, right, output_dir=tmp_path)

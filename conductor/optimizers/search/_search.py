@@ -10,13 +10,16 @@ question's own winner, which no pruner expresses.
 
 The budget is in worker calls actually made (replayed answers are free): a question is started only if the
 survivors' steps, all called anew, would still fit, so the search never spends past it. Each scored (question,
-candidate) pair is appended to ``scores.jsonl`` in the output folder as it finishes: a search run again with the same
-folder, data and settings skips them and makes the same decisions.
+candidate) pair is appended to ``scores.jsonl`` in the output folder as it finishes, under a key made from the whole
+example (inputs and labels): a search run again with the same folder and settings skips every pair it holds, wherever
+the question now sits in the data, and with the same data makes the same decisions. A question added, removed or
+relabelled costs only its own pairs.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -252,7 +255,7 @@ def program_search(
     _warn_unwritable(program, candidates)
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
-    store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates)
+    store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates, examples)
     replay = program.pool.replayed()
     runner = rollout_program(program, replay)
     started, alive, rungs = time.perf_counter(), list(candidates), []
@@ -405,26 +408,40 @@ def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], e
 
 class _ScoreStore:
     """Outcomes in memory, and appended to ``scores.jsonl`` as they come when there is a folder; cost and the
-    candidates' steps in ``search.json``. A line whose candidate is no longer in the space is ignored."""
+    candidates' steps in ``search.json``. A line whose candidate is no longer in the space, or whose question is not
+    in the data, is ignored."""
 
-    def __init__(self, folder: Path | None, candidates: Sequence[Candidate]):
+    def __init__(self, folder: Path | None, candidates: Sequence[Candidate], examples: Sequence[dspy.Example]):
         self.folder = folder
+        self._keys = [question_key(e) for e in examples]
         self._rows: dict[int, dict[str, Outcome]] = {}
         self.cost = SearchCost()
         if folder is None:
             return
         folder.mkdir(parents=True, exist_ok=True)
         known = {c.name: c for c in candidates}
+        index = {key: i for i, key in enumerate(self._keys)}
         lines = (folder / SCORES).read_text().splitlines() if (folder / SCORES).exists() else []
-        readable = []
+        readable, unkeyed = [], 0
         for n, line in enumerate(lines):
             try:
                 record = json.loads(line)
-                if known.get(record["candidate"]) is not None and _steps(known[record["candidate"]]) == record["steps"]:
-                    self._rows.setdefault(record["question"], {})[record["candidate"]] = Outcome(**record["outcome"])
+                if "key" not in record:  # written before questions had keys: kept in the file, scored again
+                    unkeyed += 1
+                    readable.append(line)
+                    continue
+                candidate, i = known.get(record["candidate"]), index.get(record["key"])
+                if candidate is not None and i is not None and _steps(candidate) == record["steps"]:
+                    self._rows.setdefault(i, {})[record["candidate"]] = Outcome(**record["outcome"])
                 readable.append(line)
             except (json.JSONDecodeError, KeyError, TypeError) as exc:  # a line cut short by a kill: score it again
                 logger.warning("%s line %d unreadable (%s): that pair is scored again", folder / SCORES, n + 1, exc)
+        if unkeyed:
+            logger.warning(
+                "%s: %d pairs carry no question key (an older version wrote them): scored again",
+                folder / SCORES,
+                unkeyed,
+            )
         if len(readable) < len(lines):  # else the next record would be appended to the cut line, and lost with it
             (folder / SCORES).write_text("".join(line + "\n" for line in readable))
         if (folder / STATE).exists():
@@ -439,13 +456,19 @@ class _ScoreStore:
     def add(self, index: int, candidate: Candidate, outcome: Outcome) -> None:
         self.outcomes(index)[candidate.name] = outcome
         if self.folder is not None:
-            record = {"question": index, "candidate": candidate.name, "steps": _steps(candidate)}
+            record = {"question": index, "key": self._keys[index], "candidate": candidate.name}
             with open(self.folder / SCORES, "a") as f:
-                f.write(json.dumps({**record, "outcome": asdict(outcome)}) + "\n")
+                f.write(json.dumps({**record, "steps": _steps(candidate), "outcome": asdict(outcome)}) + "\n")
 
     def save_cost(self, cost: SearchCost) -> None:
         if self.folder is not None:
             (self.folder / STATE).write_text(json.dumps(asdict(cost), indent=2))
+
+
+def question_key(example: dspy.Example) -> str:
+    """A short digest of the whole example (inputs and labels, so a relabelled question is scored anew)."""
+    text = json.dumps(example.toDict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _steps(candidate: Candidate) -> list[dict[str, Any]]:
