@@ -4,14 +4,12 @@ it downloads the pinned PyPI files it reads without installing them (benchmark d
 from __future__ import annotations
 
 import hashlib
-import http.client
 import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,20 +118,19 @@ _PIP_TIMEOUT_S = 900
 class Package:
     """A pinned distribution whose file the library reads without installing it, downloaded as ``filename``.
 
-    ``url`` and ``sha256`` pin the file itself, for an sdist that ``pip download`` can't fetch: pip runs an sdist's
-    ``setup.py`` to read its metadata, and pip >= 26 then refuses bigbench for declaring a direct-URL dependency
-    (``bleurt @ file://...``). Such a file is downloaded from ``url``, and kept only if it matches ``sha256``.
+    A ``withdrawn`` one is no longer served by PyPI (the reason says since when); its file can only be copied into
+    place by hand, and ``sha256`` says which file that must be.
     """
 
     name: str
     version: str
     filename: str
-    url: str | None = None
     sha256: str | None = None
+    withdrawn: str | None = None
 
     def __post_init__(self) -> None:
-        if self.url and not self.sha256:
-            raise ConfigError(f"{self.spec}: a package fetched by URL needs its sha256")
+        if self.withdrawn and not self.sha256:
+            raise ConfigError(f"{self.spec}: a withdrawn package needs its sha256, to name the file to copy")
 
     @property
     def spec(self) -> str:
@@ -146,12 +143,14 @@ def pip_download_command(package: Package, directory: Path) -> list[str]:
 
 
 def download_package(package: Package, directory: Path) -> Path:
-    """``package``'s file, downloaded into ``directory``: from its pinned ``url``, else with ``pip download`` from the
-    index pip is configured with (``PIP_INDEX_URL``, ``pip config``), so mirrors and private indexes work. ``OSError``
-    saying why when it fails. A killed download can leave a half file: download into a temporary folder."""
+    """``package``'s file, downloaded into ``directory`` with ``pip download`` from the index pip is configured with
+    (``PIP_INDEX_URL``, ``pip config``), so mirrors and private indexes work. ``OSError`` saying why when it fails. A
+    killed download can leave a half file: download into a temporary folder."""
+    if package.withdrawn:
+        raise OSError(f"PyPI no longer serves it: {package.withdrawn}")
     try:
-        (_download_url if package.url else _download_with_pip)(package, directory)
-    except (http.client.HTTPException, subprocess.SubprocessError) as exc:
+        _download_with_pip(package, directory)
+    except subprocess.SubprocessError as exc:
         raise OSError(str(exc) or type(exc).__name__) from exc
     return directory / package.filename
 
@@ -185,9 +184,3 @@ def _download_with_pip(package: Package, directory: Path) -> None:
     if not (directory / package.filename).is_file():
         got = ", ".join(p.name for p in directory.iterdir()) or "nothing"
         raise OSError(f"pip downloaded {got}, not {package.filename}")
-
-
-def _download_url(package: Package, directory: Path) -> None:
-    assert package.url and package.sha256
-    with urllib.request.urlopen(package.url, timeout=60) as response:
-        copy_checked(response, directory / package.filename, package.sha256)

