@@ -83,9 +83,16 @@ def _rewards(history: list[dict[str, Any]]) -> list[float]:
 
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory: pytest.TempPathFactory) -> GRPOTrainer:
-    """The reference: the same run, its two shards sampled one after the other in this process."""
-    run = _trainer(tmp_path_factory.mktemp("in-process"))
-    run.run()
+    """The reference: the same run, its two shards sampled one after the other in this process, on one torch thread
+    as the actors and the tests' own updates run (a module fixture starts before the function-scoped
+    ``one_torch_thread``, and sums split over two threads round differently in the last bit)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = _trainer(tmp_path_factory.mktemp("in-process"))
+        run.run()
+    finally:
+        torch.set_num_threads(threads)
     return run
 
 
