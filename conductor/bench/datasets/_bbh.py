@@ -57,11 +57,12 @@ def _example(record: dict[str, Any], task: str, binary: tuple[str, str] | None) 
     question = asked.removesuffix(_ASK).strip()
     target = record["label"][0]
     listed = _OPTION.findall(question)
+    letters = [letter for letter, _ in listed]
     options = tuple(text.strip() for _, text in listed)
     # A few items' options were split at commas upstream ("(A) Monsters (B) Inc" for "Monsters, Inc"): their target
     # is the text, not a label, so they stay exact-match questions.
     label = _LABEL.fullmatch(target)
-    if label and [letter for letter, _ in listed] == option_labels(len(listed)) and label[1] in dict(listed):
-        right = options[option_labels(len(options)).index(label[1])]
+    if label and letters == option_labels(len(letters)) and label[1] in letters:
+        right = options[letters.index(label[1])]
         return make_example(question, right, f"bbh/{task}", answers=(right,), options=options)
     return make_example(question, target, f"bbh/{task}", answers=(target,), options=binary)
