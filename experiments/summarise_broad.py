@@ -1,14 +1,16 @@
-"""Issue 25's broader study, summarised: ``results/search/broad/summary.json``, ``ablation.md``, ``shapes.md`` and
-``front.png``.
+"""Issue 25's broader studies, summarised: ``summary.json``, ``ablation.md``, ``shapes.md`` and ``front.png`` in the
+study's results folder.
 
-The conductor compiled by ``search_broad_train.yaml`` (program search, then its warm start; no hand-written workflow)
-on 50 test questions of each of its 6 training families (``search_broad_ablation.yaml``), beside the baselines on the
-same questions (``search_broad_baselines.yaml``); its variants on the first 20 of those questions a family
-(``search_broad_variants.yaml``, ``search_broad_plus_worker.yaml``, ``search_broad_depth.yaml``: ``variants.md``),
-each compared with the trained conductor on its training pool in the same run; on the 2 families it never saw, the
-single models (``search_broad_unseen.yaml``, ``search_broad_unseen_calculator.yaml``); and, as a candidate for the
-shipped default, the shipped router on that router's own test split (``search_broad_default.yaml``). A config not run
-yet leaves its rows out. Choices:
+Two studies share this script: BIG-bench's (``--study bigbench``, configs ``search_broad_*.yaml``, results
+``results/search/broad``: 6 families, whose archive has left PyPI) and BIG-Bench-Hard's (``--study bbh``, the default;
+configs ``bbh_broad_*.yaml``, results ``results/bbh/broad``: 8 families). In each, the conductor compiled by
+``<prefix>_train.yaml`` (program search, then its warm start; no hand-written workflow) on 50 test questions of each
+training family (``<prefix>_ablation.yaml``), beside the baselines on the same questions (``<prefix>_baselines.yaml``);
+its variants on the first questions of each family (``<prefix>_variants.yaml``, ``<prefix>_plus_worker.yaml``,
+``<prefix>_depth.yaml``: ``variants.md``), each compared with the trained conductor on its training pool in the same
+run; on the 2 families it never saw, the single models (``<prefix>_unseen.yaml``, ``<prefix>_unseen_calculator.yaml``);
+and, as a candidate for the shipped default, the shipped router on that router's own test split
+(``<prefix>_default.yaml``). A config not run yet leaves its rows out. Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
   questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
@@ -19,13 +21,15 @@ yet leaves its rows out. Choices:
   questions, ``trained/search/oracle.json``), run as a fixed workflow: an oracle told the family;
 - the comparisons with the conductor are paired (the same questions), with Newcombe's 95% interval and McNemar's p.
 
-    python experiments/summarise_broad.py
+    python experiments/summarise_broad.py [--study bbh|bigbench]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,6 @@ from conductor.bench.datasets import example_id
 from conductor.cli import load_run_config
 from conductor.optimizers import paired_comparison
 
-RESULTS = Path(__file__).resolve().parent / "results" / "search" / "broad"
 TRAINED = "trained conductor"
 SINGLES = ("smollm2", "gemma", "calculator")  # every worker that answers alone (vote and check need candidates)
 PLAIN_CHATS = ("smollm2 plain chat", "gemma plain chat")
@@ -47,13 +50,34 @@ DIRECT = ("mixture-of-agents",)
 TRAINING_POOL = "trained conductor, training pool"  # the variants' run's own trained-conductor row, paired with them
 VARIANTS = ("untrained conductor", "trained conductor, max_depth 1")
 UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus one worker")
-ROW_OF_CANDIDATE = {"smollm2 [1]": "smollm2"}  # the baselines config runs this candidate as the single worker's row
 
 
-def oracle_pipelines() -> dict[str, str]:
-    """Per family, the row of the baselines config that runs the oracle table's best candidate."""
-    oracle = json.loads((RESULTS / "trained" / "search" / "oracle.json").read_text())
-    return {row["kind"]: ROW_OF_CANDIDATE.get(row["best"], row["best"]) for row in oracle}
+@dataclass(frozen=True)
+class Study:
+    prefix: str  # its configs are ``<prefix>_train.yaml``, ``<prefix>_ablation.yaml``, ...
+    results: Path
+    title: str  # the accuracy-cost plot's
+    row_of_candidate: dict[str, str] = field(default_factory=dict)  # oracle candidates run under another row's name
+
+    def config(self, part: str) -> str:
+        return f"{self.prefix}_{part}.yaml"
+
+    def oracle_pipelines(self) -> dict[str, str]:
+        """Per family, the row of the baselines config that runs the oracle table's best candidate."""
+        oracle = json.loads((self.results / "trained" / "search" / "oracle.json").read_text())
+        return {row["kind"]: self.row_of_candidate.get(row["best"], row["best"]) for row in oracle}
+
+
+EXPERIMENTS = Path(__file__).resolve().parent
+STUDIES = {
+    "bbh": Study("bbh_broad", EXPERIMENTS / "results" / "bbh" / "broad", "The BIG-Bench-Hard study's 8 families"),
+    "bigbench": Study(
+        "search_broad",
+        EXPERIMENTS / "results" / "search" / "broad",
+        "The broad study's 6 families",
+        {"smollm2 [1]": "smollm2"},  # the baselines config runs this candidate as the single worker's row
+    ),
+}
 
 
 def family_pipeline(pipelines: dict[str, str], family: str) -> str:
@@ -74,7 +98,7 @@ def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str
 
 def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
     """The broad conductor against the shipped router and the best single worker on the router's own test split
-    (``search_broad_default.yaml``), per family and paired, or "not run"."""
+    (``<prefix>_default.yaml``), per family and paired, or "not run"."""
     if not of(units, BROAD):
         return "not run"
     best = best_of(units, SINGLES + PLAIN_CHATS[:1])
@@ -86,19 +110,17 @@ def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
     }
 
 
-def main() -> None:
-    splits = load_run_config(CONFIGS / "search_broad_train.yaml").splits()
+def summarise(study: Study) -> None:
+    splits = load_run_config(CONFIGS / study.config("train")).splits()
     seen = {example_id(e) for e in [*splits.train, *splits.val]}
-    benched = [*records("search_broad_ablation.yaml"), *ran("search_broad_baselines.yaml", set())]
-    variant_configs = ("search_broad_variants.yaml", "search_broad_plus_worker.yaml", "search_broad_depth.yaml")
+    benched = [*records(study.config("ablation")), *ran(study.config("baselines"), set())]
+    variant_configs = (study.config("variants"), study.config("plus_worker"), study.config("depth"))
     variants = excluding(seen, [r for name in variant_configs for r in ran(name, set())])
     answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
     test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
-    unseen = excluding(
-        seen, [*ran("search_broad_unseen.yaml", set()), *ran("search_broad_unseen_calculator.yaml", set())]
-    )
+    unseen = excluding(seen, [*ran(study.config("unseen"), set()), *ran(study.config("unseen_calculator"), set())])
     families = sorted({r["dataset"] for r in of(test, TRAINED)})
-    pipelines = oracle_pipelines()
+    pipelines = study.oracle_pipelines()
     best_single, best_chat = best_of(test, SINGLES), best_of(test, PLAIN_CHATS)
     systems = {
         TRAINED: of(test, TRAINED),
@@ -121,7 +143,7 @@ def main() -> None:
         f"{best_single} (the study's best single worker)": of(unseen, best_single),
     }
     shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
-    search = json.loads((RESULTS / "trained" / "search" / "search.json").read_text())
+    search = json.loads((study.results / "trained" / "search" / "search.json").read_text())
     summary = {
         **scored(systems, families),
         "chosen": {
@@ -159,22 +181,24 @@ def main() -> None:
         }
         if of(unseen, TRAINED)
         else "not run",
-        "as_shipped_default": as_default(ran("search_broad_default.yaml", set())),
+        "as_shipped_default": as_default(ran(study.config("default"), set())),
         "test_questions_left_out_as_seen_in_training": len({r["example_id"] for r in benched} & seen),
         "search": {name: search[name] for name in ("candidates", "worker_calls", "tokens", "wall_s")},
     }
-    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (study.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = ablation_table(summary, families, overall="all")
-    (RESULTS / "ablation.md").write_text(table)
-    (RESULTS / "shapes.md").write_text(shapes_table(shapes))
+    (study.results / "ablation.md").write_text(table)
+    (study.results / "shapes.md").write_text(shapes_table(shapes))
     if on_training_pool:
-        (RESULTS / "variants.md").write_text(ablation_table(summary["variants"], families, overall="all"))
+        (study.results / "variants.md").write_text(ablation_table(summary["variants"], families, overall="all"))
     fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
-    plot_accuracy_cost(fronts, RESULTS / "front.png", "The broad study's 6 families")
+    plot_accuracy_cost(fronts, study.results / "front.png", study.title)
     print(table)
     for key in ("paired", "multi_step_share", "variants", "unseen_pools", "unseen_families", "as_shipped_default"):
         print(f"{key}: {json.dumps(summary[key])}")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", choices=sorted(STUDIES), default="bbh")
+    summarise(STUDIES[parser.parse_args().study])
