@@ -113,7 +113,9 @@ def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
 def summarise(study: Study) -> None:
     splits = load_run_config(CONFIGS / study.config("train")).splits()
     seen = {example_id(e) for e in [*splits.train, *splits.val]}
-    benched = [*records(study.config("ablation")), *ran(study.config("baselines"), set())]
+    ablation = records(study.config("ablation"))
+    further = sorted({r["method"] for r in ablation} - {TRAINED})  # other conductors benched beside it
+    benched = [*ablation, *ran(study.config("baselines"), set())]
     variant_configs = (study.config("variants"), study.config("plus_worker"), study.config("depth"))
     variants = excluding(seen, [r for name in variant_configs for r in ran(name, set())])
     answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
@@ -124,6 +126,7 @@ def summarise(study: Study) -> None:
     best_single, best_chat = best_of(test, SINGLES), best_of(test, PLAIN_CHATS)
     systems = {
         TRAINED: of(test, TRAINED),
+        **{name: of(test, name) for name in further},
         "best single worker": of(test, best_single),
         "best worker as a plain chat": of(test, best_chat),
         "best fixed pipeline": [r for f in families for r in of(test, family_pipeline(pipelines, f), f)],
@@ -152,6 +155,15 @@ def summarise(study: Study) -> None:
             "best fixed pipeline": pipelines,
         },
         "paired": against,
+        "further_conductors_paired": {  # each against every baseline, as the trained conductor is in "paired"
+            name: {
+                other: compared(systems[name], units, other, us=name)
+                for other, units in systems.items()
+                if other not in (TRAINED, *further)
+            }
+            for name in further
+            if name in systems
+        },
         "multi_step_share": multi_step_shares(shapes),
         "variants": {
             **scored(variant_rows, families),
@@ -194,7 +206,15 @@ def summarise(study: Study) -> None:
     fronts = [aggregate(name, ALL, units) for name, units in systems.items()]
     plot_accuracy_cost(fronts, study.results / "front.png", study.title)
     print(table)
-    for key in ("paired", "multi_step_share", "variants", "unseen_pools", "unseen_families", "as_shipped_default"):
+    for key in (
+        "paired",
+        "further_conductors_paired",
+        "multi_step_share",
+        "variants",
+        "unseen_pools",
+        "unseen_families",
+        "as_shipped_default",
+    ):
         print(f"{key}: {json.dumps(summary[key])}")
 
 
