@@ -34,7 +34,14 @@ from conductor.optimizers._evaluate import evaluate_program
 from conductor.optimizers._expert_iteration import ExpertIterationConfig, expert_iteration
 from conductor.optimizers._metric import WorkflowMetric
 from conductor.optimizers._paired import RIGHT, PairedComparison, paired_comparison, paired_table
-from conductor.optimizers.finetune import TemplateWarmStartConfig, check_templates, templated_workflows, warm_start
+from conductor.optimizers.finetune import (
+    TemplateWarmStartConfig,
+    WarmStartConfig,
+    WarmStartReport,
+    check_templates,
+    templated_workflows,
+    warm_start,
+)
 from conductor.optimizers.search import ProgramSearchConfig, program_search, searched_workflows, write_search_report
 
 logger = logging.getLogger(__name__)
@@ -230,12 +237,12 @@ class ConductorCompiler(Teleprompter):
             min_pool_size=config.min_pool_size,
             seed=config.seed,
         )
-        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config.training)
+        report = self._warm_start("program-search", program, examples, config.training)
         kinds = len({w.name for w in map(result.winner, range(len(result.examples))) if w is not None})
         return program, (
             f"the conductor's LoRA weights: a warm start on the search's winners ({len(result.candidates)} candidates, "
             f"{result.cost.worker_calls} worker calls, {kinds} distinct winners; table in search/oracle.md), "
-            f"{len(examples)} examples over random pools, {report.steps} steps"
+            f"{len(examples)} examples over random pools, {report.summary()}"
         )
 
     def _template_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
@@ -251,12 +258,21 @@ class ConductorCompiler(Teleprompter):
         )
         if not examples:
             return program, f"nothing: no training question's {config.label} has a template"
-        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config.training)
+        report = self._warm_start("template-warm-start", program, examples, config.training)
         return program, (
             f"the conductor's LoRA weights: a warm start on {len(examples)} templated workflows "
             f"({', '.join(config.templates)}; {config.pools_per_question} random pools a question), "
-            f"{report.steps} steps"
+            f"{report.summary()}"
         )
+
+    def _warm_start(self, phase: str, program: Conductor, examples: list, config: WarmStartConfig) -> WarmStartReport:
+        """Fine-tunes ``program``'s conductor on ``examples``, keeping the loss of every step in
+        ``warm_start/<phase>.json``: a curve still falling, or under one epoch, says the phase wants more steps."""
+        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config)
+        folder = self.output_dir / "warm_start"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{phase}.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        return report
 
     def _expert_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
         config = ExpertIterationConfig.model_validate(self.expert_iteration)

@@ -235,7 +235,8 @@ def test_compile_runs_a_template_warm_start_first(tmp_path: Path) -> None:
     records = json.loads((tmp_path / "run" / "phases.json").read_text())
     assert [r["phase"] for r in records] == ["start", "template-warm-start", "grpo-1"]
     change = records[1]["change"]
-    assert "a warm start on 8 templated workflows (even, odd; 2 random pools a question), 2 steps" in change
+    assert "a warm start on 8 templated workflows (even, odd; 2 random pools a question), 2 steps (1.00 " in change
+    assert (tmp_path / "run" / "warm_start" / "template-warm-start.json").is_file()
 
 
 def test_a_template_naming_a_worker_outside_the_pool_fails_the_compile_clearly(
@@ -304,7 +305,10 @@ def test_compile_searches_a_file_of_questions_and_answers_and_teaches_the_winner
     records = json.loads((tmp_path / "run" / "phases.json").read_text())
     assert [r["phase"] for r in records] == ["start", "program-search"]
     assert "a warm start on the search's winners" in records[1]["change"]
-    assert "6 examples over random pools, 2 steps" in records[1]["change"]
+    assert "6 examples over random pools, 2 steps (1.00 epochs, loss " in records[1]["change"]  # 4, then the 2 left
+    curve = json.loads((tmp_path / "run" / "warm_start" / "program-search.json").read_text())
+    assert len(curve["losses"]) == len(curve["learning_rates"]) == 2
+    assert curve["examples"] == curve["trained_examples"] == 6 and curve["epochs"] == 1.0
     found = {row["kind"]: row for row in json.loads((tmp_path / "run" / "search" / "oracle.json").read_text())}
     assert set(found) == {"calc", "py"}, found  # grouped by winner: each kind's own tool
     assert found["calc"]["best_score"] == found["py"]["best_score"] == 1.0

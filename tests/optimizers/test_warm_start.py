@@ -80,6 +80,7 @@ def test_overfitting_a_few_workflows_makes_the_conductor_write_them() -> None:
     before = mean_loss(policy, pairs)
     report = warm_start(policy, conductor, EXAMPLES, WarmStartConfig(steps=100, batch_size=2, lr=1e-2))
     assert report.steps == 100 and report.examples == 2 and report.seconds > 0
+    assert report.trained_examples == 200 and report.epochs == 100  # each step trains on both
     assert report.completion_tokens == 100 * sum(len(c) for _, c in pairs)
     assert report.losses[0] == pytest.approx(before, rel=1e-5)
     assert mean_loss(policy, pairs) < 0.05 < 2.0 < before

@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -72,10 +72,24 @@ class WarmStartReport:
     examples: int
     completion_tokens: int
     """Completion tokens trained on, over all steps."""
+    trained_examples: int
+    """Examples trained on, over all steps (one trained on twice counts twice)."""
 
     @property
     def steps(self) -> int:
         return len(self.losses)
+
+    @property
+    def epochs(self) -> float:
+        """Passes over the examples: under 1, some were never trained on."""
+        return self.trained_examples / self.examples
+
+    def summary(self) -> str:
+        """The fine-tune in a phrase: steps, epochs and how the loss moved."""
+        return f"{self.steps} steps ({self.epochs:.2f} epochs, loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "epochs": self.epochs}
 
 
 # ---- training pairs ------------------------------------------------------------------------------------------------
@@ -180,7 +194,7 @@ def warm_start(
     )
     losses: list[float] = []
     learning_rates: list[float] = []
-    trained_tokens = 0
+    trained_tokens = trained_examples = 0
     was_training = policy.model.training
     devices = [policy.device] if policy.device.type == "cuda" else []
     started = time.perf_counter()
@@ -202,6 +216,7 @@ def warm_start(
                 optimizer_step(optimizer, schedule, params, config.max_grad_norm)
                 losses.append(total / tokens)
                 trained_tokens += tokens
+                trained_examples += len(chosen)
                 logger.info(
                     "warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, losses[-1], learning_rates[-1]
                 )
@@ -209,4 +224,4 @@ def warm_start(
         policy.train(was_training)
     seconds = time.perf_counter() - started
     logger.info("warm start done in %.1f s: loss %.4f -> %.4f", seconds, losses[0], losses[-1])
-    return WarmStartReport(tuple(losses), tuple(learning_rates), seconds, len(pairs), trained_tokens)
+    return WarmStartReport(tuple(losses), tuple(learning_rates), seconds, len(pairs), trained_tokens, trained_examples)
