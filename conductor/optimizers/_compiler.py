@@ -266,13 +266,17 @@ class ConductorCompiler(Teleprompter):
         )
 
     def _warm_start(self, phase: str, program: Conductor, examples: list, config: WarmStartConfig) -> WarmStartReport:
-        """Fine-tunes ``program``'s conductor on ``examples``, keeping the loss of every step in
-        ``warm_start/<phase>.json``: a curve still falling, or under one epoch, says the phase wants more steps."""
+        """Fine-tunes ``program``'s conductor on ``examples`` and keeps the curve (``_keep_curve``)."""
         report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config)
+        self._keep_curve(phase, report)
+        return report
+
+    def _keep_curve(self, phase: str, report: WarmStartReport) -> None:
+        """The loss of every step of ``phase``'s warm start, in ``warm_start/<phase>.json``: a curve still falling, or
+        under one epoch, says the phase wants more steps."""
         folder = self.output_dir / "warm_start"
         folder.mkdir(exist_ok=True)
         (folder / f"{phase}.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        return report
 
     def _expert_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
         config = ExpertIterationConfig.model_validate(self.expert_iteration)
@@ -282,6 +286,7 @@ class ConductorCompiler(Teleprompter):
         kept = ", ".join(f"{label} {n}" for label, n in report.kept.items())
         if report.warm_start is None:
             return program, f"nothing: no sampled workflow was kept ({config.samples} a question)"
+        self._keep_curve("expert-iteration", report.warm_start)
         rule = "and above their family's base rate " if config.keep == "above_base_rate" else ""
         return program, (
             f"the conductor's LoRA weights: expert iteration, {config.samples} workflows sampled a question, "

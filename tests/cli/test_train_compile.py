@@ -222,6 +222,7 @@ def test_compile_runs_expert_iteration_before_grpo(tmp_path: Path) -> None:
     assert "expert iteration, 8 workflows sampled a question, those that earned 1.0 kept (" in change
     assert "even " in change and "odd " in change
     assert "2 warm-start steps" in change
+    assert (tmp_path / "run" / "warm_start" / "expert-iteration.json").is_file()
 
 
 def test_compile_runs_a_template_warm_start_first(tmp_path: Path) -> None:
