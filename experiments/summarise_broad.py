@@ -50,6 +50,7 @@ DIRECT = ("mixture-of-agents",)
 TRAINING_POOL = "trained conductor, training pool"  # the variants' run's own trained-conductor row, paired with them
 VARIANTS = ("untrained conductor", "trained conductor, max_depth 1")
 UNSEEN_POOLS = ("unseen pool: reversed order", "unseen pool: without smollm2", "unseen pool: plus one worker")
+REMOVED = {"unseen pool: without smollm2": "smollm2"}  # the worker a pool lacks
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Study:
     prefix: str  # its configs are ``<prefix>_train.yaml``, ``<prefix>_ablation.yaml``, ...
     results: Path
     title: str  # the accuracy-cost plot's
+    conductor: str = TRAINED  # the row, in the ablation and unseen configs, of the conductor the study reports
     row_of_candidate: dict[str, str] = field(default_factory=dict)  # oracle candidates run under another row's name
 
     def config(self, part: str) -> str:
@@ -70,7 +72,12 @@ class Study:
 
 EXPERIMENTS = Path(__file__).resolve().parent
 STUDIES = {
-    "bbh": Study("bbh_broad", EXPERIMENTS / "results" / "bbh" / "broad", "The BIG-Bench-Hard study's 8 families"),
+    "bbh": Study(
+        "bbh_broad",
+        EXPERIMENTS / "results" / "bbh" / "broad",
+        "The BIG-Bench-Hard study's 8 families",
+        conductor="trained conductor, 320 steps",  # the 160-step one (TRAINED) was undertrained: FINDINGS.md
+    ),
     "bigbench": Study(
         "search_broad",
         EXPERIMENTS / "results" / "search" / "broad",
@@ -85,7 +92,7 @@ def family_pipeline(pipelines: dict[str, str], family: str) -> str:
     return next(row for kind, row in pipelines.items() if family == kind or family.startswith(kind + "/"))
 
 
-def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str, us: str = TRAINED) -> dict[str, Any]:
+def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str, us: str) -> dict[str, Any]:
     """``us`` (the units ``ours``) against ``theirs`` on the questions both answered: counts, difference, interval,
     p."""
     right = {r["example_id"]: r["correct"] for r in theirs}
@@ -94,6 +101,21 @@ def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str
         [right[r["example_id"]] for r in shared], [r["correct"] for r in shared], a=name, b=us
     )
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in comparison.as_dict().items()}
+
+
+def ceiling_without(units: list[dict[str, Any]], questions: set[str], worker: str) -> float:
+    """The accuracy on ``questions`` of the best benched row, per family and chosen in hindsight, among the rows that
+    never call ``worker``: the most a pool without it reaches with the workflows measured here."""
+    right: dict[tuple[str, str], float] = {}
+    for r in units:
+        if r["example_id"] in questions:
+            key = (r["dataset"], r["method"])
+            calls_it = worker in (r["workflow"] or {}).get("workers", ())
+            right[key] = float("-inf") if calls_it else right.get(key, 0.0) + r["correct"]
+    best: dict[str, float] = {}
+    for (family, _), n in right.items():
+        best[family] = max(best.get(family, 0.0), n)
+    return round(sum(best.values()) / len(questions), 4)
 
 
 def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
@@ -106,26 +128,27 @@ def as_default(units: list[dict[str, Any]]) -> dict[str, Any] | str:
     return {
         **scored(rows, sorted({r["dataset"] for r in units})),
         "best single worker is": best,
-        "paired": {name: compared(rows[BROAD], rows[name], name, us=BROAD) for name in (ROUTER, best)},
+        "paired": {name: compared(rows[BROAD], rows[name], name, BROAD) for name in (ROUTER, best)},
     }
 
 
 def summarise(study: Study) -> None:
     splits = load_run_config(CONFIGS / study.config("train")).splits()
     seen = {example_id(e) for e in [*splits.train, *splits.val]}
+    conductor = study.conductor
     ablation = records(study.config("ablation"))
-    further = sorted({r["method"] for r in ablation} - {TRAINED})  # other conductors benched beside it
+    further = sorted({r["method"] for r in ablation} - {conductor})  # other conductors benched beside it
     benched = [*ablation, *ran(study.config("baselines"), set())]
     variant_configs = (study.config("variants"), study.config("plus_worker"), study.config("depth"))
     variants = excluding(seen, [r for name in variant_configs for r in ran(name, set())])
-    answered = {r["example_id"] for r in of(benched, TRAINED)}  # every system on the same questions: paired
+    answered = {r["example_id"] for r in of(benched, conductor)}  # every system on the same questions: paired
     test = [r for r in excluding(seen, benched) if r["example_id"] in answered]
     unseen = excluding(seen, [*ran(study.config("unseen"), set()), *ran(study.config("unseen_calculator"), set())])
-    families = sorted({r["dataset"] for r in of(test, TRAINED)})
+    families = sorted({r["dataset"] for r in of(test, conductor)})
     pipelines = study.oracle_pipelines()
     best_single, best_chat = best_of(test, SINGLES), best_of(test, PLAIN_CHATS)
     systems = {
-        TRAINED: of(test, TRAINED),
+        conductor: of(test, conductor),
         **{name: of(test, name) for name in further},
         "best single worker": of(test, best_single),
         "best worker as a plain chat": of(test, best_chat),
@@ -134,8 +157,8 @@ def summarise(study: Study) -> None:
         **{name: of(test, name) for name in DIRECT},
     }
     systems = {name: units for name, units in systems.items() if units}  # a config not run yet has no row
-    ours = systems[TRAINED]
-    against = {name: compared(ours, units, name) for name, units in systems.items() if name != TRAINED}
+    ours = systems[conductor]
+    against = {name: compared(ours, units, name, conductor) for name, units in systems.items() if name != conductor}
     on_training_pool = of(variants, TRAINING_POOL)
     variant_rows = {
         name: of(variants, name) for name in (TRAINING_POOL, *VARIANTS, *UNSEEN_POOLS) if of(variants, name)
@@ -145,21 +168,20 @@ def summarise(study: Study) -> None:
         best_unseen: of(unseen, best_unseen),
         f"{best_single} (the study's best single worker)": of(unseen, best_single),
     }
-    shapes = {f: Counter(shape(r["workflow"]) for r in of(test, TRAINED, f)) for f in families}
+    shapes = {f: Counter(shape(r["workflow"]) for r in of(test, conductor, f)) for f in families}
     search = json.loads((study.results / "trained" / "search" / "search.json").read_text())
     summary = {
         **scored(systems, families),
         "chosen": {
+            "conductor": conductor,
             "best single worker": best_single,
             "best worker as a plain chat": best_chat,
             "best fixed pipeline": pipelines,
         },
         "paired": against,
-        "further_conductors_paired": {  # each against every baseline, as the trained conductor is in "paired"
+        "further_conductors_paired": {  # each against every other system, as the study's conductor is in "paired"
             name: {
-                other: compared(systems[name], units, other, us=name)
-                for other, units in systems.items()
-                if other not in (TRAINED, *further)
+                other: compared(systems[name], units, other, name) for other, units in systems.items() if other != name
             }
             for name in further
             if name in systems
@@ -168,7 +190,7 @@ def summarise(study: Study) -> None:
         "variants": {
             **scored(variant_rows, families),
             "paired": {
-                name: compared(on_training_pool, units, name, us=TRAINING_POOL)
+                name: compared(on_training_pool, units, name, TRAINING_POOL)
                 for name, units in variant_rows.items()
                 if name != TRAINING_POOL
             },
@@ -182,16 +204,23 @@ def summarise(study: Study) -> None:
                     score(units, name)["accuracy"] / max(score(on_training_pool, TRAINING_POOL)["accuracy"], 1e-9), 4
                 ),
                 "n": len(units),
+                **(
+                    {"ceiling": ceiling_without(test, {r["example_id"] for r in units}, REMOVED[name])}
+                    if name in REMOVED
+                    else {}
+                ),
             }
             for name, units in variant_rows.items()
             if name in UNSEEN_POOLS
         },
         "unseen_families": {
-            **scored({TRAINED: of(unseen, TRAINED), **unseen_singles}, sorted({r["dataset"] for r in unseen})),
+            **scored({conductor: of(unseen, conductor), **unseen_singles}, sorted({r["dataset"] for r in unseen})),
             "best single worker is": best_unseen,
-            "paired": {name: compared(of(unseen, TRAINED), units, name) for name, units in unseen_singles.items()},
+            "paired": {
+                name: compared(of(unseen, conductor), units, name, conductor) for name, units in unseen_singles.items()
+            },
         }
-        if of(unseen, TRAINED)
+        if of(unseen, conductor)
         else "not run",
         "as_shipped_default": as_default(ran(study.config("default"), set())),
         "test_questions_left_out_as_seen_in_training": len({r["example_id"] for r in benched} & seen),
