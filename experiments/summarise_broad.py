@@ -3,14 +3,16 @@ study's results folder.
 
 Two studies share this script: BIG-bench's (``--study bigbench``, configs ``search_broad_*.yaml``, results
 ``results/search/broad``: 6 families, whose archive has left PyPI) and BIG-Bench-Hard's (``--study bbh``, the default;
-configs ``bbh_broad_*.yaml``, results ``results/bbh/broad``: 8 families). In each, the conductor compiled by
-``<prefix>_train.yaml`` (program search, then its warm start; no hand-written workflow) on 50 test questions of each
-training family (``<prefix>_ablation.yaml``), beside the baselines on the same questions (``<prefix>_baselines.yaml``);
-its variants on the first questions of each family (``<prefix>_variants.yaml``, ``<prefix>_plus_worker.yaml``,
-``<prefix>_depth.yaml``: ``variants.md``), each compared with the trained conductor on its training pool in the same
-run; on the 2 families it never saw, the single models (``<prefix>_unseen.yaml``, ``<prefix>_unseen_calculator.yaml``);
-and, as a candidate for the shipped default, the shipped router on that router's own test split
-(``<prefix>_default.yaml``). A config not run yet leaves its rows out. Choices:
+configs ``bbh_broad_*.yaml``, results ``results/bbh/broad``: 8 families). In each, the study's conductor (program
+search, then its warm start; no hand-written workflow: ``<prefix>_train.yaml``'s, or for BBH ``_train_320.yaml``'s,
+whose longer warm start the first compile needed) on 50 test questions of each training family
+(``<prefix>_ablation.yaml``, where any further conductor row is paired with every system too), beside the baselines on
+the same questions (``<prefix>_baselines.yaml``); its variants on the first questions of each family
+(``<prefix>_variants.yaml``, ``<prefix>_plus_worker.yaml``, ``<prefix>_depth.yaml``: ``variants.md``), each compared
+with the trained conductor on its training pool in the same run; on the 2 families it never saw, the single models
+(``<prefix>_unseen.yaml``, ``<prefix>_unseen_calculator.yaml``); and, as a candidate for the shipped default, the
+shipped router on that router's own test split (``<prefix>_default.yaml``). A config not run yet leaves its rows out.
+Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
   questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
@@ -19,6 +21,8 @@ and, as a candidate for the shipped default, the shipped router on that router's
   the study's best single worker above, the one a user would have chosen on the training families;
 - "best fixed pipeline": per family, the oracle table's best candidate (chosen by the search on the training
   questions, ``trained/search/oracle.json``), run as a fixed workflow: an oracle told the family;
+- a pool without a worker has a ceiling: the best benched row that never calls that worker, per family, chosen in
+  hindsight on the pool's questions (a share of the training pool's score above it can't be reached);
 - the comparisons with the conductor are paired (the same questions), with Newcombe's 95% interval and McNemar's p.
 
     python experiments/summarise_broad.py [--study bbh|bigbench]
