@@ -4,15 +4,14 @@ study's results folder.
 Two studies share this script: BIG-bench's (``--study bigbench``, configs ``search_broad_*.yaml``, results
 ``results/search/broad``: 6 families, whose archive has left PyPI) and BIG-Bench-Hard's (``--study bbh``, the default;
 configs ``bbh_broad_*.yaml``, results ``results/bbh/broad``: 8 families). In each, the study's conductor (program
-search, then its warm start; no hand-written workflow: ``<prefix>_train.yaml``'s, or for BBH ``_train_320.yaml``'s,
-whose longer warm start the first compile needed) on 50 test questions of each training family
-(``<prefix>_ablation.yaml``, where any further conductor row is paired with every system too), beside the baselines on
-the same questions (``<prefix>_baselines.yaml``); its variants on the first questions of each family
-(``<prefix>_variants.yaml``, ``<prefix>_plus_worker.yaml``, ``<prefix>_depth.yaml``: ``variants.md``), each compared
-with the trained conductor on its training pool in the same run; on the 2 families it never saw, the single models
-(``<prefix>_unseen.yaml``, ``<prefix>_unseen_calculator.yaml``); and, as a candidate for the shipped default, the
-shipped router on that router's own test split (``<prefix>_default.yaml``). A config not run yet leaves its rows out.
-Choices:
+search, then its warm start; no hand-written workflow: ``<prefix>_train.yaml``'s, or for BBH ``_grpo.yaml``'s: a longer
+warm start, then GRPO) on 50 test questions of each training family (``<prefix>_ablation.yaml``, where any further
+conductor row is paired with every system too), beside the baselines on the same questions
+(``<prefix>_baselines.yaml``); its variants on the first questions of each family (``<prefix>_variants.yaml``,
+``<prefix>_plus_worker.yaml``, ``<prefix>_depth.yaml``: ``variants.md``), each compared with the trained conductor on
+its training pool in the same run; on the 2 families it never saw, the single models (``<prefix>_unseen.yaml``,
+``<prefix>_unseen_calculator.yaml``); and, as a candidate for the shipped default, the shipped router on that router's
+own test split (``<prefix>_default.yaml``). A config not run yet leaves its rows out. Choices:
 
 - "best single worker": the worker alone (SmolLM2, Gemma or the calculator) with the highest accuracy on these test
   questions overall (its best case); "best worker as a plain chat" likewise among the models called with the question
@@ -80,7 +79,7 @@ STUDIES = {
         "bbh_broad",
         EXPERIMENTS / "results" / "bbh" / "broad",
         "The BIG-Bench-Hard study's 8 families",
-        conductor="trained conductor, 320 steps",  # the 160-step one (TRAINED) was undertrained: FINDINGS.md
+        conductor="trained conductor, 320 steps, then GRPO",  # the compile's program (FINDINGS.md says why)
     ),
     "bigbench": Study(
         "search_broad",
