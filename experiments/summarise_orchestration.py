@@ -141,7 +141,7 @@ def main() -> None:
 
 def ablation_table(summary: dict[str, Any], families: Sequence[str], overall: str = "both") -> str:
     """The Markdown ablation table: accuracy with its 95% Wilson interval per family and ``overall`` (over every
-    family), calls and tokens per question (workers'), one row per system."""
+    family), worker calls and tokens (a conductor's own included) per question, one row per system."""
 
     def cell(s: dict[str, Any]) -> str:
         return f"{100 * s['accuracy']:.0f} [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}]"

@@ -8,7 +8,7 @@ pools and max_depth 1, and its unseen families are the records of ``search_ablat
 and ``search_unseen_families.yaml``; each model as a plain chat (the question alone) is ``search_plain_chat.yaml``;
 ``"search"`` is what the search cost (``results/search/trained/search/search.json``). Run 6's conductor after GRPO
 (issue 26's pilot, on an earlier search warm start) is ``search_grpo_ablation.yaml``. ``front.png`` draws every system's
-accuracy against the workers' tokens per question (the pool is local: every system cost $0).
+accuracy against its tokens per question, a conductor's own included (the pool is local: every system cost $0).
 
     python experiments/summarise_search.py
 """

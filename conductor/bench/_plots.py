@@ -18,12 +18,12 @@ _MARKERS = "osD^vPX"  # 7 markers against the default 10 colours: no pair repeat
 
 
 def x_axis(overall: Sequence[Aggregate]) -> tuple[str, str, list[float]]:
-    """``(name, label, values)`` of the x axis: cost per question, or worker tokens per question when every method
-    cost nothing (a local pool has no prices)."""
+    """``(name, label, values)`` of the x axis: cost per question, or tokens per question (the workers' and a
+    conductor's own) when every method cost nothing (a local pool has no prices)."""
     if any(a.cost > 0 for a in overall):
         return "cost per question", "cost per question ($)", [a.cost for a in overall]
-    name = "worker tokens per question"
-    return name, f"{name} (every method cost $0)", [a.tokens for a in overall]
+    name = "tokens per question"
+    return name, f"{name}, a conductor's own included (every method cost $0)", [a.tokens for a in overall]
 
 
 def plot_accuracy_cost(overall: Sequence[Aggregate], path: Path, title: str) -> Path:

@@ -52,7 +52,7 @@ def register(commands) -> None:
 
 REWARD_FLAGS = (
     ("--reward-cost", "cost_penalty", "per dollar the workers spent"),
-    ("--reward-tokens", "token_penalty", "per 1,000 worker tokens"),
+    ("--reward-tokens", "token_penalty", "per 1,000 tokens of the run"),
     ("--reward-steps", "step_penalty", "per step run"),
 )
 """The flags that set the GRPO reward's penalties (``RewardConfig``'s fields)."""

@@ -3,8 +3,8 @@
 Each trial configures a copy of the program (``apply``): the most steps a workflow may have, the most tokens a step
 may write, the conductor's sampling temperature and, optionally, how many recursive rounds the conductor may add and
 which workers the pool offers. It runs the copy on the validation set and records accuracy (maximised) and cost per
-question (minimised: dollars from the pool's prices, or worker tokens). The user then picks a point by a constraint:
-``pick(max_cost=0.01)`` is the best accuracy under a cent a question.
+question (minimised: dollars from the pool's prices, or tokens, a conductor's own included). The user then picks a
+point by a constraint: ``pick(max_cost=0.01)`` is the best accuracy under a cent a question.
 
 Studies live in any Optuna storage (``sqlite:///study.db``) and resume: a later ``optimize`` adds trials to the same
 study. A stored study made with another search space or cost unit is refused before anything is written to it, since
@@ -112,7 +112,8 @@ class BudgetTuner(Teleprompter):
             ``postgresql://`` one that tuners on several machines share (each runs its trials into the one study);
             ``None`` keeps it in memory, resumed only by later calls on this tuner.
         study_name: the study within the storage.
-        cost_unit: ``"usd"`` (from the pool's prices) or ``"tokens"`` (worker prompt and completion tokens).
+        cost_unit: ``"usd"`` (from the pool's prices) or ``"tokens"`` (prompt and completion tokens of the run, a
+            conductor's own included).
         num_threads: validation examples run side by side within a trial.
         seed: the sampler's seed (offset by the trials already in the study, so a resumed run explores anew).
 
@@ -212,7 +213,7 @@ class BudgetTuner(Teleprompter):
         return study
 
     def _evaluate(self, program: Conductor, valset: Sequence[dspy.Example]) -> tuple[float, float, float]:
-        """Mean metric, dollars and worker tokens per question of ``program`` on ``valset``."""
+        """Mean metric, dollars and tokens per question of ``program`` on ``valset``."""
         evaluate = dspy.Evaluate(
             devset=list(valset), metric=WorkflowMetric(self.metric), num_threads=self.num_threads, failure_score=0.0
         )
@@ -288,7 +289,7 @@ class BudgetTuner(Teleprompter):
         axes.scatter([p.cost for p in trials], [p.accuracy for p in trials], color="0.7", label="trials")
         front_costs, front_accuracies = [p.cost for p in front], [p.accuracy for p in front]
         axes.plot(front_costs, front_accuracies, "o-", color="C3", drawstyle="steps-post", label="Pareto front")
-        axes.set_xlabel("dollars per question" if self.cost_unit == "usd" else "worker tokens per question")
+        axes.set_xlabel("dollars per question" if self.cost_unit == "usd" else "tokens per question")
         axes.set_ylabel("accuracy")
         axes.set_title(f"{self.study_name}: {len(trials)} trials")
         axes.grid(alpha=0.3)

@@ -46,7 +46,9 @@ class RewardConfig(pydantic.BaseModel):
     cost_penalty: float = pydantic.Field(
         0.0, ge=0, description="subtracted per dollar spent by the workers, from the answers that earned (see above)"
     )
-    token_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per 1,000 worker tokens, likewise")
+    token_penalty: float = pydantic.Field(
+        0.0, ge=0, description="subtracted per 1,000 tokens of the run (a conductor's own included), likewise"
+    )
     step_penalty: float = pydantic.Field(0.0, ge=0, description="subtracted per step run, likewise")
     first_round_weight: float = pydantic.Field(
         0.25, ge=0, le=1, description="the weight of a recursed run's first-round reward, the final one's being 1"
