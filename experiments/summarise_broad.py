@@ -109,12 +109,12 @@ def compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], name: str
 def ceiling_without(units: list[dict[str, Any]], questions: set[str], worker: str) -> float:
     """The accuracy on ``questions`` of the best benched row, per family and chosen in hindsight, among the rows that
     never call ``worker``: the most a pool without it reaches with the workflows measured here."""
-    right: dict[tuple[str, str], float] = {}
-    for r in units:
-        if r["example_id"] in questions:
-            key = (r["dataset"], r["method"])
-            calls_it = worker in (r["workflow"] or {}).get("workers", ())
-            right[key] = float("-inf") if calls_it else right.get(key, 0.0) + r["correct"]
+    asked = [r for r in units if r["example_id"] in questions]
+    calling = {(r["dataset"], r["method"]) for r in asked if worker in (r["workflow"] or {}).get("workers", ())}
+    right: Counter[tuple[str, str]] = Counter()
+    for r in asked:
+        if (r["dataset"], r["method"]) not in calling:
+            right[r["dataset"], r["method"]] += r["correct"]
     best: dict[str, float] = {}
     for (family, _), n in right.items():
         best[family] = max(best.get(family, 0.0), n)

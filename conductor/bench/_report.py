@@ -81,9 +81,8 @@ def markdown_report(
         "Accuracy pools every question of every dataset and seed; the 95% interval is Wilson's over those units "
         "(seeds repeat the same questions, so it is narrower than a fresh sample of questions would give). "
         "Tokens and cost are the whole run's (the workers' and a conductor's or router's own call); calls are "
-        "worker steps; "
-        "the error rate counts every unit with a recorded error (a conductor format error answered by its "
-        "fallback included).",
+        "worker steps; the error rate counts every unit with a recorded error (a conductor format error answered by "
+        "its fallback included).",
         "",
         "## Overall",
         "",
