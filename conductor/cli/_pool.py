@@ -43,6 +43,7 @@ def handle(args: argparse.Namespace) -> int:
             "max_tokens": w.max_tokens,
             "timeout_s": w.timeout_s,
             "retries": w.retries,
+            "fallbacks": list(pool.fallbacks.get(w.name, ())),  # who takes its steps while it fails
         }
         for i, w in enumerate(pool)
     ]
@@ -67,6 +68,8 @@ def _table(rows: list[dict[str, Any]], show_descriptions: bool) -> Table:
         kind = row["kind"].removesuffix("Worker") or row["kind"]  # CalculatorWorker: Calculator
         prices = " / ".join(str(row[key]) if row[key] is not None else "unknown" for key in _PRICES)
         limits = f"{row['max_tokens']} tokens, {row['timeout_s']:g} s, {row['retries']} retries"
+        if row["fallbacks"]:
+            limits += ", then " + ", ".join(row["fallbacks"])
         cells = (row["id"], row["name"], kind, row["description"], prices, limits)
         table.add_row(*(Text(str(cell)) for cell in cells))  # names are data, not rich markup
     return table

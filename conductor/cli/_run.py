@@ -184,7 +184,10 @@ def _show(prediction, pool) -> None:
             f"{step.latency_s:.2f} s · {step.attempts} attempt(s)"
         )
         body = Text(step.output or "(empty)") if step.error is None else Text(str(step.error), style="red")
-        title = escape(f"Step {step.index} · {step.worker} · {step.role}")
+        worker = (
+            step.worker if step.answered_by in (None, step.worker) else f"{step.worker}, answered by {step.answered_by}"
+        )
+        title = escape(f"Step {step.index} · {worker} · {step.role}")
         console.print(Panel(body, title=title, subtitle=meta))
     if prediction.error and prediction.error.kind != "format":
         console.print(Text(str(prediction.error), style="bold red"))

@@ -59,6 +59,24 @@ def test_run_with_an_unusable_workflow_shows_the_conductor_text_and_the_fallback
     assert "unusable" in err and "missing list: model_id" in err and "Fallback" in err and "Hello There" in err
 
 
+def test_run_names_the_fallback_that_answered_a_failed_step(tmp_path, conductor_says, capsys):
+    path = tmp_path / "pool.yaml"
+    path.write_text(POOL.replace("tool: calculator}", "tool: calculator, fallbacks: [upper]}"))
+    conductor_says('model_id = [1]\nsubtasks = ["name three colors"]\naccess_list = [[]]')
+    assert main(["run", "Name three colors.", "--pool", str(path)]) == 0
+    out = capsys.readouterr().out  # the calculator finds no arithmetic; its fallback answers the step
+    assert "Step 0 · calc, answered by upper · solve" in out and "Answer: " in out and "execution error" not in out
+
+
+def test_pool_lists_each_workers_fallbacks(tmp_path, capsys):
+    path = tmp_path / "pool.yaml"
+    path.write_text(POOL.replace("tool: calculator}", "tool: calculator, fallbacks: [upper]}"))
+    assert main(["pool", "--pool", str(path), "--json"]) == 0
+    assert [w["fallbacks"] for w in json.loads(capsys.readouterr().out)["workers"]] == [[], ["upper"]]
+    assert main(["pool", "--pool", str(path)]) == 0
+    assert "retries, then upper" in capsys.readouterr().out
+
+
 def test_run_with_an_empty_question_fails_cleanly(pool_file, conductor_says, capsys):
     conductor_says()
     assert main(["run", "  ", "--pool", pool_file]) == 1
