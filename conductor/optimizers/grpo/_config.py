@@ -46,7 +46,10 @@ class GRPOConfig(pydantic.BaseModel):
     beta: float = pydantic.Field(0.0, ge=0, description="KL weight to the base model (adapter disabled); 0: no KL")
     updates_per_batch: int = pydantic.Field(1, ge=1, description="optimizer steps on each batch of rollouts (mu)")
     grad_accumulation: int = pydantic.Field(
-        1, ge=1, description="micro-batches per optimizer step (memory only: the update is the same)"
+        1,
+        ge=1,
+        description="micro-batches per optimizer step (memory only: the update is the same); each pass holds the "
+        "activations of its share of the step's sequences, so raise it with batch_size and group_size",
     )
     advantage_eps: float = pydantic.Field(1e-4, gt=0, description="added to a group's reward std")
     temperature: float = pydantic.Field(1.0, gt=0, description="conductor sampling temperature")
