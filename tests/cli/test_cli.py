@@ -28,6 +28,14 @@ def pool_file(tmp_path):
 
 
 @pytest.fixture
+def fallback_pool_file(tmp_path):
+    """POOL with the calculator's failed steps handed to `upper`."""
+    path = tmp_path / "fallback_pool.yaml"
+    path.write_text(POOL.replace("tool: calculator}", "tool: calculator, fallbacks: [upper]}"))
+    return str(path)
+
+
+@pytest.fixture
 def conductor_says(monkeypatch):
     def script(*texts):
         lm = scripted_lm(list(texts))
@@ -59,21 +67,17 @@ def test_run_with_an_unusable_workflow_shows_the_conductor_text_and_the_fallback
     assert "unusable" in err and "missing list: model_id" in err and "Fallback" in err and "Hello There" in err
 
 
-def test_run_names_the_fallback_that_answered_a_failed_step(tmp_path, conductor_says, capsys):
-    path = tmp_path / "pool.yaml"
-    path.write_text(POOL.replace("tool: calculator}", "tool: calculator, fallbacks: [upper]}"))
+def test_run_names_the_fallback_that_answered_a_failed_step(fallback_pool_file, conductor_says, capsys):
     conductor_says('model_id = [1]\nsubtasks = ["name three colors"]\naccess_list = [[]]')
-    assert main(["run", "Name three colors.", "--pool", str(path)]) == 0
+    assert main(["run", "Name three colors.", "--pool", fallback_pool_file]) == 0
     out = capsys.readouterr().out  # the calculator finds no arithmetic; its fallback answers the step
     assert "Step 0 · calc, answered by upper · solve" in out and "Answer: " in out and "execution error" not in out
 
 
-def test_pool_lists_each_workers_fallbacks(tmp_path, capsys):
-    path = tmp_path / "pool.yaml"
-    path.write_text(POOL.replace("tool: calculator}", "tool: calculator, fallbacks: [upper]}"))
-    assert main(["pool", "--pool", str(path), "--json"]) == 0
+def test_pool_lists_each_workers_fallbacks(fallback_pool_file, capsys):
+    assert main(["pool", "--pool", fallback_pool_file, "--json"]) == 0
     assert [w["fallbacks"] for w in json.loads(capsys.readouterr().out)["workers"]] == [[], ["upper"]]
-    assert main(["pool", "--pool", str(path)]) == 0
+    assert main(["pool", "--pool", fallback_pool_file]) == 0
     assert "retries, then upper" in capsys.readouterr().out
 
 
