@@ -17,23 +17,25 @@ PostgreSQL needs ``pip install 'dspy-conductor[postgres]'`` (psycopg and its con
 from __future__ import annotations
 
 import abc
+import asyncio
+import concurrent.futures
 import contextlib
 import importlib
 import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from conductor.errors import ConductorError, ConfigError, MissingDependency
 
 SCHEMA_VERSION = 1
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 DEFAULT_MAX_CONNECTIONS = 16
-"""A PostgreSQL replica's most open connections (a server process runs 16 requests at once by default)."""
+"""A PostgreSQL replica's most open connections (and threads running transactions)."""
 
 _AUDIT = """CREATE TABLE IF NOT EXISTS audit (
     seq {seq},
@@ -73,6 +75,8 @@ _API_KEYS = """CREATE TABLE IF NOT EXISTS api_keys (
     revoked TEXT
 )"""
 _APPEND_ONLY = "the audit log is append-only"
+T = TypeVar("T")
+_making_threads = threading.Lock()
 
 # One tuple of statements per schema version, by dialect. Version 1's use IF NOT EXISTS: SQLite files written before
 # the schema had a version already hold its first two tables.
@@ -110,19 +114,44 @@ class Database(abc.ABC):
 
     ``name`` says which database, without a password; ``row_lock`` is the clause that makes a ``SELECT`` lock the
     rows it reads until the transaction ends (empty where a transaction already excludes every other writer).
+
+    Async code hands its blocking work to ``run`` (or ``submit``): it runs on threads of the database's own, at most
+    ``transactions_at_once`` of them, not on the event loop's default pool, which DSPy's LM calls hop through: there,
+    transactions waiting for a lock held every thread while the calls of runs in flight queued behind them.
     """
 
     dialect: str
     name: str
     row_lock: str = ""
+    transactions_at_once: int = 1
+    _threads: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (the process it was made in, it)
 
     @abc.abstractmethod
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A connection with ``execute(sql, params)`` (``?`` placeholders) inside one transaction: committed when the
         block ends, rolled back if it raises."""
 
-    def close(self) -> None:  # noqa: B027 (most databases hold nothing between transactions)
-        """Release the connections this object holds (nothing to release by default)."""
+    def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``call`` (blocking work on this database) on one of its threads."""
+        with _making_threads:
+            threads = self._threads
+            if threads is None or threads[0] != os.getpid():  # a forked child has none of its parent's threads
+                pool = concurrent.futures.ThreadPoolExecutor(
+                    self.transactions_at_once, thread_name_prefix="conductor-db"
+                )
+                threads = self._threads = (os.getpid(), pool)
+        return threads[1].submit(call)
+
+    async def run(self, call: Callable[[], T]) -> T:
+        """``call()``'s result, run on one of the database's threads while the event loop goes on."""
+        return await asyncio.wrap_future(self.submit(call))
+
+    def close(self) -> None:
+        """Release the connections and threads this object holds (a later use opens new ones)."""
+        with _making_threads:
+            threads, self._threads = self._threads, None
+        if threads is not None and threads[0] == os.getpid():
+            threads[1].shutdown(wait=False)
 
     def _migrate(self, db: Any) -> None:
         """Bring the schema up to ``SCHEMA_VERSION`` inside the transaction ``db``, which holds the schema's lock."""
@@ -143,7 +172,9 @@ class Database(abc.ABC):
 
 class SQLiteDatabase(Database):
     """A SQLite file, in write-ahead-logging mode (readers don't block writers); each transaction in ``BEGIN
-    IMMEDIATE`` on a connection of its own.
+    IMMEDIATE`` on a connection of its own. ``run`` has one thread: a file takes one writer at a time, and a second
+    writer of the same process would wait in SQLite's busy handler, which sleeps in steps of up to 100 ms where a
+    thread waiting in line is woken at once.
 
     Connections are kept for later transactions (one transaction at a time each), not opened per transaction: the
     last connection to a WAL file to close checkpoints the log into the database and deletes it, so a connection per
@@ -189,6 +220,7 @@ class SQLiteDatabase(Database):
 
     def close(self) -> None:
         """Close the idle connections (a transaction still running closes or keeps its own when it ends)."""
+        super().close()
         with self._idle_lock:
             idle, self._idle = self._idle, []
         for db in idle:
@@ -207,7 +239,7 @@ class SQLiteDatabase(Database):
 
 class PostgresDatabase(Database):
     """A PostgreSQL database by URL, through a pool of at most ``max_connections`` connections (each checked before
-    use, so a restarted database costs no failed request)."""
+    use, so a restarted database costs no failed request), as many as ``run`` has threads."""
 
     dialect = "postgresql"
     row_lock = " FOR UPDATE"
@@ -215,6 +247,7 @@ class PostgresDatabase(Database):
     def __init__(self, url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, timeout_s: float = 30.0):
         psycopg, psycopg_pool = _import_psycopg()
         self.name = safe_url(url)
+        self.transactions_at_once = max_connections
         try:  # a direct connection first: its error says why (refused, no such database, authentication)
             with psycopg.connect(url, connect_timeout=int(timeout_s)) as db:
                 db.execute("SELECT pg_advisory_xact_lock(hashtext('dspy-conductor schema'))")
@@ -232,6 +265,7 @@ class PostgresDatabase(Database):
             yield _Statements(db)
 
     def close(self) -> None:
+        super().close()
         self._pool.close()
 
 

@@ -1,5 +1,8 @@
+import asyncio
 import multiprocessing
 import sqlite3
+import threading
+import time
 
 import pytest
 
@@ -77,3 +80,68 @@ def test_a_forked_process_opens_its_own_sqlite_connection(tmp_path, opened):
     child.start()
     child.join(30)
     assert child.exitcode == 0 and rows(db) == [1, 2]
+
+
+def test_database_work_runs_on_its_own_threads_when_the_loops_default_pool_is_busy(tmp_path):
+    # DSPy's LM calls hop through the loop's default pool: an audit write waiting there for a lock held every thread
+    # while runs in flight queued behind it; the other way round, a busy pool must not hold up the database.
+    db = SQLiteDatabase(tmp_path / "db.sqlite")
+    release = threading.Event()
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        busy = [loop.run_in_executor(None, release.wait) for _ in range(64)]  # every default thread taken
+        try:
+            return await asyncio.wait_for(db.run(lambda: threading.current_thread().name), 10)
+        finally:
+            release.set()
+            await asyncio.gather(*busy)
+
+    assert asyncio.run(main()).startswith("conductor-db")
+
+
+def test_a_sqlite_database_runs_one_transaction_at_a_time_in_order(tmp_path):
+    # A second writer of the same process would only wait in SQLite's busy handler, which sleeps in steps of up to
+    # 100 ms; in line on one thread, each starts as soon as the one before ends.
+    db = SQLiteDatabase(tmp_path / "db.sqlite")
+    with db.transaction() as connection:
+        connection.execute("CREATE TABLE t (n INTEGER)")
+    inside, most_inside, lock = [0], [0], threading.Lock()
+
+    def write(n: int) -> None:
+        with lock:
+            inside[0] += 1
+            most_inside[0] = max(most_inside[0], inside[0])
+        time.sleep(0.005)
+        with db.transaction() as connection:
+            connection.execute("INSERT INTO t VALUES (?)", (n,))
+        with lock:
+            inside[0] -= 1
+
+    async def main() -> None:
+        await asyncio.gather(*(db.run(lambda n=n: write(n)) for n in range(20)))
+
+    asyncio.run(main())
+    assert most_inside[0] == 1 and rows(db) == list(range(20))
+
+
+def test_a_closed_database_runs_later_work_on_new_threads(tmp_path):
+    db = SQLiteDatabase(tmp_path / "db.sqlite")
+    assert db.submit(lambda: 1).result(10) == 1
+    db.close()
+    assert db.submit(lambda: 2).result(10) == 2
+
+
+def _run_in_child(db: SQLiteDatabase) -> None:
+    with db.transaction() as connection:
+        connection.execute("CREATE TABLE t (n INTEGER)")
+    assert db.submit(lambda: rows(db)).result(10) == []  # its own thread: the parent's did not survive the fork
+
+
+def test_a_forked_process_runs_database_work_on_threads_of_its_own(tmp_path):
+    db = SQLiteDatabase(tmp_path / "db.sqlite")
+    assert db.submit(lambda: 1).result(10) == 1  # the parent's thread exists before the fork
+    child = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(db,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0

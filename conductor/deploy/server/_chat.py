@@ -83,7 +83,7 @@ class ChatRoute:
     async def _respond(self, request: Any, entry: AuditEntry, started: float) -> Any:
         """The answer to ``request``; the entry notes who asked what and what the run did."""
         if self.callers.queries_database:  # stored keys: off the event loop, as the audit write is
-            caller = await asyncio.get_running_loop().run_in_executor(None, self.callers.of, request)
+            caller = await self.callers.keys.database.run(lambda: self.callers.of(request))
         else:  # a keys file's or none: no I/O, so no thread (a thread hop is CPU on every request)
             caller = self.callers.of(request)
         entry.key_id = caller.key.id if caller.key is not None else None
@@ -99,7 +99,7 @@ class ChatRoute:
     async def _audited(self, entry: AuditEntry, started: float, response: Any) -> Any:
         """``response`` once its row is in the audit log, or a 503 (with the run's cost, if any) when it can't be."""
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.runner.write, entry, started)
+            await self.runner.write(entry, started)
         except RequestError as exc:
             cost = response.headers.get(COST_HEADER)
             return self.replies.error(exc, {COST_HEADER: cost} if cost is not None else None)
@@ -146,9 +146,10 @@ class ChatRoute:
 
         def write() -> None:
             with contextlib.suppress(RequestError):  # logged by the runner, and the client has its answer
-                self.runner.write(entry, started)
+                self.runner.write_now(entry, started)
 
-        asyncio.get_running_loop().run_in_executor(None, write)
+        if self.runner.audit is not None:
+            self.runner.audit.database.submit(write)
 
     def _answer(self, chat: ChatRequest, prediction: dspy.Prediction, budget: Budget, started: float) -> Any:
         """The run's answer as a ``chat.completion`` (or its stream), or the 400 for a run that had none to give."""

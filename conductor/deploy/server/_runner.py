@@ -2,14 +2,13 @@
 caller's rules (the day's spend reserved first, the workflow checked against the key's workers before any runs, the
 reservation settled to the real spend), with what it did and spent copied into the request's audit entry; and the
 writing of that entry, which the chat route does once per request. The database's work is synchronous, so it runs off
-the event loop, on the loop's default thread pool.
+the event loop, on the database's own threads (``Database.run``).
 
 A store that can't be written (the database locked, full or gone) is a 503 (``storage_unavailable``), logged in one
 line: the server's problem, which a client may retry, never a 500. What holds then: a reservation that can't be
 settled stays held at the run's worst case, so a day never counts less than was spent; the audit row is one INSERT
 in one transaction, so it is written whole or not at all."""
 
-import asyncio
 import dataclasses
 import time
 from typing import Any
@@ -44,9 +43,14 @@ class Runner:
         entry.question = question
         return await self._run(caller, question, budget, entry)
 
-    def write(self, entry: AuditEntry, started: float) -> None:
+    async def write(self, entry: AuditEntry, started: float) -> None:
         """Append ``entry`` (its latency counted from ``started``, a ``time.perf_counter()``) to the audit log, if
         the server keeps one; a 503 when it can't be written."""
+        if self.audit is not None:
+            await self.audit.database.run(lambda: self.write_now(entry, started))
+
+    def write_now(self, entry: AuditEntry, started: float) -> None:
+        """``write``, blocking the calling thread."""
         if self.audit is not None:
             entry.latency_s = time.perf_counter() - started
             with storage(f"write the audit log (request {entry.request_id})"):
@@ -55,11 +59,10 @@ class Runner:
     async def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
         """``Conductor.aforward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
         the fallback) checked against the key's workers before any runs, the reservation settled to the real spend."""
-        program = self.program
-        loop = asyncio.get_running_loop()
+        program, ledger = self.program, self.ledger
         reservation = None
-        if self.ledger is not None and caller.key is not None:  # a database write: off the event loop
-            reservation = await loop.run_in_executor(None, self._reserve, caller.key, budget)
+        if ledger is not None and caller.key is not None:  # a database write: off the event loop
+            reservation = await ledger.database.run(lambda: self._reserve(caller.key, budget))
         prediction = None
         try:
 
@@ -73,7 +76,7 @@ class Runner:
         finally:
             if reservation is not None:
                 spent = (prediction.cost, prediction.tokens) if prediction is not None else (0.0, 0)
-                await loop.run_in_executor(None, self._settle, reservation, *spent)
+                await ledger.database.run(lambda: self._settle(reservation, *spent))
 
     def _reserve(self, key: KeySpec, budget: Budget) -> Reservation:
         with storage("write the spend ledger"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import dspy
 
 from conductor.deploy._audit import AuditEntry, AuditLog
-from conductor.deploy._database import Database, open_database
+from conductor.deploy._database import DEFAULT_MAX_CONNECTIONS, Database, open_database
 from conductor.deploy._governance import (
     KeySpec,
     KeyStore,
@@ -59,8 +59,10 @@ def open_stores(
     connections: int,
 ) -> Stores:
     """The server's stores in ``audit_db`` (a SQLite path or a ``postgresql://`` URL; at most ``connections`` open to
-    PostgreSQL), after checking the keys fit them and the pool. Without a keys file, keys stored in the database
-    (``conductor keys add --db``) are the server's keys."""
+    PostgreSQL, and never more than ``DEFAULT_MAX_CONNECTIONS``: a transaction takes milliseconds, so a few carry
+    a process's every request), after checking the keys fit them and the pool. Without a keys file, keys stored in
+    the database (``conductor keys add --db``) are the server's keys."""
+    connections = min(connections, DEFAULT_MAX_CONNECTIONS)
     database = open_database(audit_db, max_connections=connections) if audit_db is not None else None
     try:
         keys = _server_keys(keys, database)
