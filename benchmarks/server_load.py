@@ -61,7 +61,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from conductor.deploy import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, create_app, listening_socket
+from conductor.deploy import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, create_app, listening_socket, tune_gc_for_serving
 from conductor.modules import Conductor, LMWorker, Price, WorkerPool
 from conductor.testing import scripted_lm
 
@@ -160,6 +160,7 @@ def serve(
     config = uvicorn.Config(
         make_app(), log_level="warning", timeout_keep_alive=60, backlog=max(2048, 2 * most_concurrent)
     )
+    tune_gc_for_serving()  # as conductor serve does, once the app is built
     server = uvicorn.Server(config)
 
     async def run() -> None:

@@ -36,6 +36,7 @@ from conductor.deploy import (
     listening_socket,
     load_program,
     safe_url,
+    tune_gc_for_serving,
 )
 from conductor.errors import ConductorError, ConfigError
 
@@ -126,6 +127,7 @@ def handle(args: argparse.Namespace) -> int:
 
             Multiprocess(config, sockets=[sock]).run()
             return 0
+        tune_gc_for_serving()
         try:
             uvicorn.Server(uvicorn.Config(app, **where)).run(sockets=[sock])
         finally:
@@ -143,7 +145,9 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def app_from_environment():
     """The app of one ``--workers`` process, from the settings ``handle`` left in the environment."""
-    return _app(json.loads(os.environ[_SETTINGS]))[1]
+    app = _app(json.loads(os.environ[_SETTINGS]))[1]
+    tune_gc_for_serving()
+    return app
 
 
 def _app(settings: dict[str, Any]):

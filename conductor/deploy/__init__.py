@@ -3,11 +3,11 @@
 ``save_program`` / ``load_program`` (aliases ``save`` / ``load``, also ``conductor.save`` / ``conductor.load``) need
 nothing beyond the core package; ``create_app`` needs FastAPI (``pip install 'dspy-conductor[serve]'``) and imports
 it only when called (the server is ``conductor.deploy.server``; ``listening_socket`` is the socket several server
-processes share). Governance of a served program: API keys with allowed workers and budgets (``KeyStore`` from a
-file, ``StoredKeys`` in the database), daily spend (``SpendLedger``) and an append-only audit log (``AuditLog``), in
-one database (``open_database``: a SQLite file, or PostgreSQL for replicas on several machines). ``conductor_lm``
-reads the one way a conductor LM is named (``tiny``, ``local/<name>``, a model folder or a litellm model), wherever
-one is.
+processes share, and ``tune_gc_for_serving`` readies a server process's garbage collector). Governance of a served
+program: API keys with allowed workers and budgets (``KeyStore`` from a file, ``StoredKeys`` in the database), daily
+spend (``SpendLedger``) and an append-only audit log (``AuditLog``), in one database (``open_database``: a SQLite
+file, or PostgreSQL for replicas on several machines). ``conductor_lm`` reads the one way a conductor LM is named
+(``tiny``, ``local/<name>``, a model folder or a litellm model), wherever one is.
 """
 
 from pathlib import Path
@@ -36,6 +36,7 @@ from conductor.deploy.server import (
     create_app,
     import_serving,
     listening_socket,
+    tune_gc_for_serving,
 )
 
 load, save = load_program, save_program
@@ -80,4 +81,5 @@ __all__ = [
     "safe_url",
     "save",
     "save_program",
+    "tune_gc_for_serving",
 ]

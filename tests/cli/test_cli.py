@@ -202,8 +202,10 @@ def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_da
 
             def run(self, sockets):
                 seen["port"] = sockets[0].getsockname()[1]
+                seen["collector_tuned"] = seen.get("tuned", False)
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setattr(_serve, "tune_gc_for_serving", lambda: seen.update(tuned=True))  # process-wide: not here
     monkeypatch.setattr(_serve, "load_program", lambda folder, trust_code: seen.update(folder=folder) or program)
     monkeypatch.setattr(_serve, "create_app", lambda program, **options: seen.update(options) or "the app")
     monkeypatch.setattr(_serve, "import_serving", lambda name: Uvicorn)
@@ -211,7 +213,7 @@ def test_serve_defaults_to_the_shipped_program_and_keeps_its_audit_log_in_the_da
     assert main(["serve", "--port", "0"]) == 0  # 0: a free port, which the message must then name
     assert seen["folder"] == TRAINED_PROGRAM and seen["model"] == "local-routing"
     assert Path(seen["audit_db"]) == tmp_path / "dspy-conductor" / "audit" / "local-routing.sqlite"
-    assert seen["app"] == "the app" and seen["port"] == seen["config"]["port"] > 0
+    assert seen["app"] == "the app" and seen["port"] == seen["config"]["port"] > 0 and seen["collector_tuned"]
     assert f"Serving 'local-routing' at http://127.0.0.1:{seen['port']}/v1" in " ".join(capsys.readouterr().err.split())
     assert seen["docs"] is False and seen["body_timeout_s"] == 30.0  # the API docs are off unless asked for
     assert main(["serve", "--port", "0", "--docs", "--body-timeout", "5"]) == 0

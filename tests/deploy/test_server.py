@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from conductor.cli import _common, main
+from conductor.cli import _common, _serve, main
 from conductor.deploy import KeySpec, KeyStore, create_app, hash_key, new_key, save_program
 from conductor.modules import Budget, Conductor, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
@@ -228,6 +228,7 @@ def test_a_saved_program_is_served_by_the_cli(tmp_path, monkeypatch):
         served.update(app=server.config.app, host=server.config.host, port=sockets[0].getsockname()[1])
 
     monkeypatch.setattr(uvicorn.Server, "run", serve_without_listening)
+    monkeypatch.setattr(_serve, "tune_gc_for_serving", lambda: None)  # process-wide (tests/cli/test_cli.py checks it)
     assert main(["serve", str(folder), "--port", "0", "--timeout", "5", "--trust-code"]) == 0
     assert served["host"] == "127.0.0.1" and served["port"] > 0
     with TestClient(served["app"]) as client:

@@ -45,7 +45,8 @@ The parts, one file each: ``_schema`` (the OpenAI request, error and completion 
 checking a request), ``_budget`` (a run's budget from the request), ``_auth`` (callers, keys, allowed workers),
 ``_spend`` (the audit log, the daily spend reservation, a run's record), ``_runner`` (one run under the caller's rules),
 ``_chat`` (the chat route, streaming included), ``_replies`` (HTTP responses), ``_ids`` (request ids), ``_app`` (the
-app factory that wires them) and ``_socket`` (the listening socket server processes share).
+app factory that wires them), ``_socket`` (the listening socket server processes share) and ``_collector`` (the
+garbage collector of a server process).
 """
 
 from conductor.deploy.server._app import (
@@ -56,6 +57,7 @@ from conductor.deploy.server._app import (
     create_app,
     import_serving,
 )
+from conductor.deploy.server._collector import tune_gc_for_serving
 from conductor.deploy.server._socket import listening_socket
 
 __all__ = [
@@ -66,4 +68,5 @@ __all__ = [
     "create_app",
     "import_serving",
     "listening_socket",
+    "tune_gc_for_serving",
 ]
