@@ -16,8 +16,11 @@ from conductor.deploy import (
     StoredKeys,
     open_database,
 )
+from conductor.deploy._database import DEFAULT_MAX_CONNECTIONS
+from conductor.deploy.server._spend import open_stores
 from conductor.errors import ConductorError, ConfigError
-from conductor.modules import Budget
+from conductor.modules import Budget, Conductor, WorkerPool
+from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.test_governance import key_entry
 
 psycopg = pytest.importorskip("psycopg")
@@ -143,3 +146,15 @@ def test_a_bad_database_url_says_what_is_wrong(postgres_cluster):
     missing = postgres_cluster.replace("/postgres?", "/no_such_database?")
     with pytest.raises(ConductorError, match=r"can.t open the database .*no_such_database.*does not exist"):
         open_database(missing)
+
+
+def test_a_server_holds_at_most_16_connections_to_postgres_whatever_its_concurrency(postgres_url):
+    # Runs in flight hold no connection: a request's transactions take milliseconds, each on one of the database's
+    # threads, so --concurrency 1024 must not mean 1,024 connections per replica (PostgreSQL's default limit is 100).
+    program = Conductor(WorkerPool([ScriptedWorker("echo", lambda prompt: "42")]), scripted_lm(lambda _: ""))
+    for concurrency, connections in ((4, 4), (1024, DEFAULT_MAX_CONNECTIONS)):
+        stores = open_stores(program, None, postgres_url, False, (), concurrency)
+        try:
+            assert stores.database.transactions_at_once == connections
+        finally:
+            stores.close()
