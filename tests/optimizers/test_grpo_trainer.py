@@ -324,3 +324,35 @@ def test_a_save_killed_half_way_is_ignored_and_cleared(tmp_path: Path) -> None:
     assert run.step == 1
     run.train()
     assert not partial.exists() and [p.name for p in checkpoints(tmp_path)] == ["step-00000001", "step-00000002"]
+
+
+def _moved(policy: ConductorLM, seed: int = 1) -> ConductorLM:
+    """``policy`` with its adapter moved off zero, as a warm start leaves it (the same move for the same seed)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=generator))
+    return policy
+
+
+@pytest.mark.parametrize(("reference", "kl_at_the_start"), [("start", False), ("base", True)])
+def test_the_kl_term_measures_the_policy_against_its_reference(tmp_path: Path, reference, kl_at_the_start) -> None:
+    # One update per batch: its KL is measured before the update moves the policy. Against the weights the run
+    # started from it is 0; against the base model, the warm start's whole move away from it.
+    run = trainer(tmp_path, steps=1, beta=0.1, reference=reference)
+    _moved(run.policy)
+    history = run.run()
+    assert (history[0]["kl"] > 1e-6) == kl_at_the_start
+    assert math.isfinite(history[0]["loss"])
+
+
+def test_a_resumed_run_keeps_the_weights_it_started_from_as_its_reference(tmp_path: Path) -> None:
+    # Step 1 moves the policy; the resumed run starts from step 1's checkpoint, yet step 2's KL is against the
+    # warm start (the policy as loaded, before the checkpoint is read), so it is not 0 as it would be against step 1.
+    first = trainer(tmp_path, steps=1, beta=0.1, reference="start", lr=5e-2)
+    _moved(first.policy)
+    first.run()
+    resumed = trainer(tmp_path, steps=2, beta=0.1, reference="start", lr=5e-2, resume=True)
+    _moved(resumed.policy)
+    history = resumed.run()
+    assert len(history) == 2 and history[0]["kl"] < 1e-6 < history[1]["kl"]

@@ -43,7 +43,13 @@ class GRPOConfig(pydantic.BaseModel):
     warmup_ratio: float = pydantic.Field(0.03, ge=0, lt=1, description="share of optimizer steps warming up linearly")
     max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None: none")
     clip: float = pydantic.Field(0.2, gt=0, lt=1, description="PPO ratio clip epsilon")
-    beta: float = pydantic.Field(0.0, ge=0, description="KL weight to the base model (adapter disabled); 0: no KL")
+    beta: float = pydantic.Field(0.0, ge=0, description="KL weight to the reference (see reference); 0: no KL")
+    reference: Literal["base", "start"] = pydantic.Field(
+        "base",
+        description="what the KL term pulls the policy toward: the base model (the adapter disabled), or the policy "
+        "as this run started (a warm start's adapter, kept through resumes), so that a few groups can't move a whole "
+        "family away from what the warm start learned",
+    )
     updates_per_batch: int = pydantic.Field(1, ge=1, description="optimizer steps on each batch of rollouts (mu)")
     grad_accumulation: int = pydantic.Field(
         1,

@@ -36,10 +36,11 @@ one exactly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,8 @@ class GRPOTrainer:
         config = self.config
         self._check()
         self.params = self.policy.trainable_parameters()
+        # the weights this run starts from, read before a checkpoint replaces them: a resumed run keeps its reference
+        self.start_weights = [p.detach().clone() for p in self.params] if config.reference == "start" else None
         self.optimizer, self.scheduler = adamw_with_warmup(
             self.params,
             lr=config.lr,
@@ -166,8 +169,11 @@ class GRPOTrainer:
             problems.append(f"balance_by={config.balance_by!r}: trainset{unlabelled[:5]} have no such label")
         if config.randomise_pool and config.min_pool_size > len(self.program.pool):
             problems.append(f"min_pool_size={config.min_pool_size} exceeds the pool's {len(self.program.pool)} workers")
-        if config.beta > 0 and not self.policy.is_peft:
-            problems.append("beta > 0 needs a LoRA policy: the reference is the base model with the adapter disabled")
+        if config.beta > 0 and config.reference == "base" and not self.policy.is_peft:
+            problems.append(
+                "beta > 0 with reference 'base' needs a LoRA policy: the reference is the base model with the adapter "
+                "disabled (reference 'start' works for any policy)"
+            )
         if not self.policy.trainable_parameters():
             problems.append("the policy has no trainable weights")
         if config.ray is not None and self.rollout_setup is None:
@@ -286,7 +292,7 @@ class GRPOTrainer:
         if sequences and config.updates_per_batch > 1:
             old = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
         if sequences and config.beta > 0:
-            with self.policy.model.disable_adapter():
+            with self._reference_weights():
                 ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
         chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), config.grad_accumulation) if len(c)]
         total = sum(len(r.samples) for r in rollouts)
@@ -320,6 +326,25 @@ class GRPOTrainer:
         finally:
             self.policy.eval()
         return {k: v / config.updates_per_batch for k, v in sums.items()}
+
+    @contextlib.contextmanager
+    def _reference_weights(self) -> Iterator[None]:
+        """The KL term's reference in place of the policy for the block: the base model (the adapter disabled), or
+        the weights this run started from, copied in and the current ones put back after."""
+        if self.start_weights is None:
+            with self.policy.model.disable_adapter():
+                yield
+            return
+        current = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for param, start in zip(self.params, self.start_weights, strict=True):
+                param.copy_(start)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for param, value in zip(self.params, current, strict=True):
+                    param.copy_(value)
 
     # ---- checkpoints and the end ------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
