@@ -117,7 +117,7 @@ class Database(abc.ABC):
 
     Async code hands its blocking work to ``run`` (or ``submit``): it runs on threads of the database's own, at most
     ``transactions_at_once`` of them, not on the event loop's default pool, which DSPy's LM calls hop through: there,
-    transactions waiting for a lock held every thread while the calls of runs in flight queued behind them.
+    transactions waiting for a lock held threads that the calls of runs in flight queued for.
     """
 
     dialect: str
