@@ -47,8 +47,8 @@ class GRPOConfig(pydantic.BaseModel):
     reference: Literal["base", "start"] = pydantic.Field(
         "base",
         description="what the KL term pulls the policy toward: the base model (the adapter disabled), or the policy "
-        "as this run started (a warm start's adapter, kept through resumes), so that a few groups can't move a whole "
-        "family away from what the warm start learned",
+        "as this run started (a warm start's adapter, kept through resumes), so GRPO stays near what the warm start "
+        "learned",
     )
     updates_per_batch: int = pydantic.Field(1, ge=1, description="optimizer steps on each batch of rollouts (mu)")
     grad_accumulation: int = pydantic.Field(
