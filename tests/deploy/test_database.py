@@ -83,8 +83,8 @@ def test_a_forked_process_opens_its_own_sqlite_connection(tmp_path, opened):
 
 
 def test_database_work_runs_on_its_own_threads_when_the_loops_default_pool_is_busy(tmp_path):
-    # DSPy's LM calls hop through the loop's default pool: an audit write waiting there for a lock held every thread
-    # while runs in flight queued behind it; the other way round, a busy pool must not hold up the database.
+    # DSPy's LM calls hop through the loop's default pool: audit writes waiting there for a lock held threads that
+    # runs in flight queued for; the other way round, a busy pool must not hold up the database.
     db = SQLiteDatabase(tmp_path / "db.sqlite")
     release = threading.Event()
 
