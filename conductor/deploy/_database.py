@@ -24,6 +24,7 @@ import importlib
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -194,12 +195,26 @@ class SQLiteDatabase(Database):
         self._idle_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.closing(sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)) as db:
-                db.execute("PRAGMA journal_mode=WAL")
+            self._use_write_ahead_log()
             with self.transaction() as db:
                 self._migrate(db)
         except (OSError, sqlite3.Error) as exc:
             raise ConductorError(f"can't open the database {self.path}: {exc}") from exc
+
+    def _use_write_ahead_log(self) -> None:
+        """Switch the file to WAL mode. While other processes open the same new file (``conductor serve --workers
+        N`` starting), the switch can answer "database is locked" at once, without waiting in the busy handler as
+        other statements do, so it is retried here until ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                with contextlib.closing(sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)) as db:
+                    db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
