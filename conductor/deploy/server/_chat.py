@@ -13,7 +13,6 @@ what the run spent (a request still waiting for a run slot never runs, and its r
 """
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -143,13 +142,7 @@ class ChatRoute:
         if not run.cancelled():
             run.exception()  # seen here: whatever the run raised, its client had its 504 and its row says timeout
         entry.outcome, entry.error = "timeout", timeout.message
-
-        def write() -> None:
-            with contextlib.suppress(RequestError):  # logged by the runner, and the client has its answer
-                self.runner.write_now(entry, started)
-
-        if self.runner.audit is not None:
-            self.runner.audit.database.submit(write)
+        self.runner.write_later(entry, started)
 
     def _answer(self, chat: ChatRequest, prediction: dspy.Prediction, budget: Budget, started: float) -> Any:
         """The run's answer as a ``chat.completion`` (or its stream), or the 400 for a run that had none to give."""

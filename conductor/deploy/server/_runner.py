@@ -9,6 +9,7 @@ line: the server's problem, which a client may retry, never a 500. What holds th
 settled stays held at the run's worst case, so a day never counts less than was spent; the audit row is one INSERT
 in one transaction, so it is written whole or not at all."""
 
+import contextlib
 import dataclasses
 import time
 from typing import Any
@@ -18,7 +19,7 @@ import dspy
 from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._governance import KeySpec, Reservation, SpendLedger
 from conductor.deploy.server._auth import Caller, check_workers
-from conductor.deploy.server._schema import storage
+from conductor.deploy.server._schema import RequestError, storage
 from conductor.deploy.server._spend import record, reserve
 from conductor.modules import Budget, Conductor, RunError, Workflow
 
@@ -47,14 +48,24 @@ class Runner:
         """Append ``entry`` (its latency counted from ``started``, a ``time.perf_counter()``) to the audit log, if
         the server keeps one; a 503 when it can't be written."""
         if self.audit is not None:
-            await self.audit.database.run(lambda: self.write_now(entry, started))
+            await self.audit.database.run(lambda: self._write(entry, started))
 
-    def write_now(self, entry: AuditEntry, started: float) -> None:
-        """``write``, blocking the calling thread."""
+    def write_later(self, entry: AuditEntry, started: float) -> None:
+        """``write`` without waiting, for a request whose client already has its answer: a row that can't be written
+        is logged, not raised."""
+
+        def write() -> None:
+            with contextlib.suppress(RequestError):  # ``storage`` has logged it
+                self._write(entry, started)
+
         if self.audit is not None:
-            entry.latency_s = time.perf_counter() - started
-            with storage(f"write the audit log (request {entry.request_id})"):
-                self.audit.write(entry)
+            self.audit.database.submit(write)
+
+    def _write(self, entry: AuditEntry, started: float) -> None:
+        """``write``, blocking the calling thread."""
+        entry.latency_s = time.perf_counter() - started
+        with storage(f"write the audit log (request {entry.request_id})"):
+            self.audit.write(entry)
 
     async def _run(self, caller: Caller, question: str, budget: Budget, entry: AuditEntry) -> dspy.Prediction:
         """``Conductor.aforward`` with the caller's rules around it: the day's spend reserved first, the workflow (or
