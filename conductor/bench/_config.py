@@ -53,7 +53,7 @@ from conductor.bench.datasets import (
 )
 from conductor.bench.datasets._dispatch import Metric
 from conductor.bench.simulated import PAPER_MODELS, simulated_dataset, simulated_metric, simulated_pool
-from conductor.deploy import conductor_lm, load_program
+from conductor.deploy import conductor_lm, load_program, program_digest
 from conductor.errors import ConfigError, invalid_config, validation_problems
 from conductor.modules import Budget, Conductor, PoolProgram, ReplayStore, WorkerPool
 from conductor.modules.baselines import (
@@ -541,10 +541,18 @@ def _is_folder(value: Any) -> bool:
     return isinstance(value, str) and Path(value).is_dir()
 
 
-def _stamp(folder: Path) -> list[tuple[str, int, int]]:
-    """The files of a checkpoint folder with their sizes and times: a conductor retrained in place is a new method."""
-    files = [(p, p.stat()) for p in folder.rglob("*") if p.is_file()]
-    return sorted((str(p.relative_to(folder)), stat.st_size, stat.st_mtime_ns) for p, stat in files)
+def _stamp(folder: Path) -> str:
+    """The digest of a checkpoint folder's contents (``program_digest``): a conductor retrained in place is a new
+    method, and one copied, checked out again or saved again unchanged is not (file times change with each)."""
+    files = tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()))
+    return _digest(folder, files)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(folder: Path, files: tuple[tuple[str, int, int], ...]) -> str:
+    """``program_digest``, read once per process while the folder's files keep their sizes and times (every unit of a
+    run asks for it)."""
+    return program_digest(folder)
 
 
 def validate_config(data: Any, base_dir: str | Path = ".", source: str | Path | None = None) -> BenchConfig:

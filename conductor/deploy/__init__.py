@@ -12,7 +12,7 @@ file, or PostgreSQL for replicas on several machines). ``conductor_lm`` reads th
 
 from pathlib import Path
 
-from conductor.deploy._artifact import FORMAT_VERSION, load_program, load_program_pool, save_program
+from conductor.deploy._artifact import FORMAT_VERSION, load_program, load_program_pool, program_digest, save_program
 from conductor.deploy._audit import AuditEntry, AuditLog
 from conductor.deploy._database import SCHEMA_VERSION, Database, open_database, safe_url
 from conductor.deploy._governance import (
@@ -76,6 +76,7 @@ __all__ = [
     "load_program_pool",
     "new_key",
     "open_database",
+    "program_digest",
     "read_keys_file",
     "review_program",
     "safe_url",

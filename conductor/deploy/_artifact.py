@@ -17,6 +17,7 @@ it names is imported.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -79,6 +80,23 @@ def save_program(program: Conductor, path: str | Path, *, extra_manifest: dict[s
         policy.saved_to = target / POLICY_DIR  # it was saved into the temporary folder, now renamed
     logger.info("saved the program to %s", target)
     return target
+
+
+def program_digest(path: str | Path) -> str:
+    """A SHA-256 of a folder's files by name and content, a saved program's manifest read without the time it was
+    saved: the same program saved again, copied or checked out keeps its digest; one retrained or set up otherwise
+    gets another."""
+    folder = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        content = file.read_bytes()
+        if file == folder / MANIFEST:
+            with contextlib.suppress(ValueError, AttributeError):  # not a program's manifest: its bytes as they are
+                manifest = json.loads(content)
+                manifest.pop("created")
+                content = json.dumps(manifest, sort_keys=True).encode()
+        digest.update(f"{file.relative_to(folder).as_posix()}\0{len(content)}\0".encode() + content)
+    return digest.hexdigest()
 
 
 def _manifest(program: Conductor, lm: dspy.BaseLM, extra: dict[str, Any]) -> dict[str, Any]:

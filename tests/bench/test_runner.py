@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,6 +231,38 @@ def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
 
     with pytest.raises(ConfigError, match="is not a saved program folder"):
         validate_config({**data, "methods": [{"name": "x", "type": "program", "args": {"path": "nowhere"}}]}, tmp_path)
+
+
+def test_a_saved_program_copied_back_unchanged_keeps_its_records_and_one_saved_anew_runs_again(tmp_path):
+    """A checkpoint folder's files decide its units' fingerprint by content: the same program copied over itself (new
+    file times, as a checkout or a compile's re-save gives) is not run again; another program saved there is."""
+    from conductor.deploy import save_program
+    from conductor.modules import Conductor, WorkerPool
+    from tests.deploy.helpers import fixed_lm
+
+    title = {"kind": "tool", "tool": "string:capwords"}
+    saved_pool = WorkerPool.from_config({"workers": [{"name": "a", **title}, {"name": "b", **title}]})
+
+    def save(worker: int) -> None:
+        workflow = f'model_id = [{worker}]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+        save_program(Conductor(saved_pool, fixed_lm(workflow), max_steps=1), tmp_path / "new")
+        shutil.rmtree(tmp_path / "saved", ignore_errors=True)
+        shutil.copytree(tmp_path / "new", tmp_path / "saved")
+        shutil.rmtree(tmp_path / "new")
+
+    save(1)
+    data = _config(tmp_path, n=2)
+    data["methods"] = [{"name": "saved", "type": "program", "args": {"path": "saved", "trust_code": True}}]
+    run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["flaky"] == 8
+    save(1)
+    manifest = json.loads((tmp_path / "saved" / "manifest.json").read_text())
+    (tmp_path / "saved" / "manifest.json").write_text(json.dumps({**manifest, "created": "2020-01-01T00:00:00+00:00"}))
+    run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["flaky"] == 8 and _calls()["oracle"] == 0  # the same program saved again: nothing ran again
+    save(0)
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["oracle"] == 8 and all(r["workflow"]["workers"] == ["oracle"] for r in records)
 
 
 def test_a_saved_program_is_scored_on_a_pool_it_was_not_saved_with(tmp_path):
