@@ -1,0 +1,81 @@
+"""Issue 26, item 4, summarised: is the 10-family conductor (``default_train.yaml``) a better shipped default than the
+router in ``conductor/trained/local-routing``? Its rows in four BBH-study benches, paired with the router's and the
+single workers' on the same questions, written to ``results/default/summary.json`` and ``summary.md``:
+
+- the router's own test split, as far as it still loads: GSM8K and MMLU (``bbh_broad_default.yaml``) and the BIG-bench
+  arithmetic in words recovered from earlier runs (``bbh_broad_default_everyday.yaml``);
+- the BBH study's 8 families, 50 test questions each (``bbh_broad_baselines.yaml``);
+- the 2 BBH families no conductor trained on, against the best single worker there (``bbh_broad_unseen.yaml``);
+- the 24 questions a new user types first (``bbh_broad_default_everyday.yaml``).
+
+The issue's rule: it replaces the router only if it beats it on the router's split and on the families' test split,
+and is at least as good as the best single worker on at least 2 families it never trained on.
+
+    python experiments/summarise_default.py
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from summarise_broad import compared
+from summarise_orchestration import CONFIGS, best_of, of, records, score
+
+CANDIDATE = "10-family conductor"
+ROUTER = "shipped router"
+SINGLES = ("smollm2", "gemma", "calculator", "smollm2 plain chat", "gemma plain chat")
+RESULTS = CONFIGS.parent / "results" / "default"
+
+
+def split(units: list[dict[str, Any]], against: list[str]) -> dict[str, Any]:
+    """The candidate's score on ``units`` beside each of ``against``, paired with it."""
+    rows = {name: score(of(units, name), name) for name in (CANDIDATE, *against) if of(units, name)}
+    paired = {name: compared(of(units, CANDIDATE), of(units, name), name, CANDIDATE) for name in against}
+    return {"scores": rows, "paired": paired}
+
+
+def main() -> None:
+    default, everyday = records("bbh_broad_default.yaml"), records("bbh_broad_default_everyday.yaml")
+    arithmetic = [r for r in everyday if r["dataset"] == "bigbench arithmetic (recovered)"]
+    own = [r for r in everyday if r["dataset"] == "own questions"]
+    families, unseen = records("bbh_broad_baselines.yaml"), records("bbh_broad_unseen.yaml")
+    singles = [name for name in SINGLES if of(families, name)]
+    summary: dict[str, Any] = {
+        "router_split": split(default + arithmetic, [ROUTER]),
+        "router_split_by_dataset": {
+            name: split(units, [ROUTER]) for name, units in (("gsm8k + mmlu", default), ("arithmetic", arithmetic))
+        },
+        "families": split(families, [ROUTER, best_of(families, singles)]),
+        "unseen_families": {
+            family: split(of_family, [best_of(of_family, [n for n in SINGLES if of(of_family, n)])])
+            for family in sorted({r["dataset"] for r in unseen})
+            for of_family in [[r for r in unseen if r["dataset"] == family]]
+        },
+        "own_questions": split(own, [ROUTER]),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = ["| split | system | accuracy % [95% CI] (n) | the 10-family conductor's lead, points (95%) |"]
+    lines.append("|---|---|---|---|")
+    sections = [
+        ("router's split (GSM8K, MMLU, arithmetic)", summary["router_split"]),
+        *summary["router_split_by_dataset"].items(),
+        ("8 BBH families", summary["families"]),
+        *((f"unseen: {family}", part) for family, part in summary["unseen_families"].items()),
+        ("own questions", summary["own_questions"]),
+    ]
+    for name, part in sections:
+        for system, s in part["scores"].items():
+            low, high = (100 * x for x in s["ci95"])
+            row = f"| {name} | {system} | {100 * s['accuracy']:.1f} [{low:.1f}, {high:.1f}] ({s['n']}) |"
+            p = part["paired"].get(system)
+            if p is not None:
+                row += f" {100 * p['difference']:+.1f} ({100 * p['low']:+.1f} to {100 * p['high']:+.1f})"
+            lines.append(row + " |")
+    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
