@@ -93,7 +93,7 @@ def program_digest(path: str | Path) -> str:
         if file == folder / MANIFEST:
             with contextlib.suppress(ValueError, AttributeError):  # not a program's manifest: its bytes as they are
                 manifest = json.loads(content)
-                manifest.pop("created")
+                manifest.pop("created", None)
                 content = json.dumps(manifest, sort_keys=True).encode()
         digest.update(f"{file.relative_to(folder).as_posix()}\0{len(content)}\0".encode() + content)
     return digest.hexdigest()
