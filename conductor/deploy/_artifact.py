@@ -91,10 +91,11 @@ def program_digest(path: str | Path) -> str:
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         content = file.read_bytes()
         if file == folder / MANIFEST:
-            with contextlib.suppress(ValueError, AttributeError):  # not a program's manifest: its bytes as they are
+            with contextlib.suppress(ValueError):  # not JSON: its bytes as they are
                 manifest = json.loads(content)
-                manifest.pop("created", None)
-                content = json.dumps(manifest, sort_keys=True).encode()
+                if isinstance(manifest, dict):
+                    manifest.pop("created", None)
+                    content = json.dumps(manifest, sort_keys=True).encode()
         digest.update(f"{file.relative_to(folder).as_posix()}\0{len(content)}\0".encode() + content)
     return digest.hexdigest()
 

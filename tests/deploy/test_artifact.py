@@ -6,7 +6,7 @@ import dspy
 import pytest
 
 from conductor import ConductorError, ConfigError
-from conductor.deploy import TRAINED_PROGRAM, _artifact, load, load_program, save_program
+from conductor.deploy import TRAINED_PROGRAM, _artifact, load, load_program, program_digest, save_program
 from conductor.modules import Conductor, ConductorConfig, WorkerPool
 from conductor.testing import ScriptedWorker, scripted_lm
 from tests.deploy.helpers import POOL_CONFIG, WORKFLOW, compiled_program, fixed_lm
@@ -274,3 +274,18 @@ def test_a_program_that_names_its_workers_loads_naming_them(tmp_path):
     assert loaded.worker_ids == "names"
     assert '"names"' in (tmp_path / "p" / "manifest.json").read_text()
     assert 'model_id = ["' in loaded.prompt_messages("1 + 1")[2]["content"]  # the demo, by name
+
+
+def test_a_programs_digest_is_its_content_less_the_time_it_was_saved(tmp_path):
+    pool = WorkerPool.from_config(POOL_CONFIG)
+    save_program(Conductor(pool, fixed_lm(WORKFLOW)), tmp_path / "a")
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    save_program(Conductor(pool, fixed_lm(WORKFLOW)), tmp_path / "b")
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps({**manifest, "created": "2020-01-01T00:00:00+00:00"}))
+    assert program_digest(tmp_path / "a") == program_digest(tmp_path / "b")
+    save_program(Conductor(pool, fixed_lm(WORKFLOW), max_steps=1), tmp_path / "c")
+    assert program_digest(tmp_path / "c") != program_digest(tmp_path / "a")
+    for odd in ("[1, 2]", '{"no": "time"}', "not json"):  # any folder: a manifest.json of another kind counts as bytes
+        (tmp_path / "d").mkdir(exist_ok=True)
+        (tmp_path / "d" / "manifest.json").write_text(odd)
+        assert len(program_digest(tmp_path / "d")) == 64
