@@ -8,6 +8,7 @@ quotient), so this generates more of the same kind, to train on; the committed q
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -33,7 +34,8 @@ def load_arithmetic(count: int = 500, seed: int = 0) -> list[dspy.Example]:
         operation, digits = rng.choice(OPERATIONS), rng.randint(1, 5)
         a, b = (rng.randint(10 ** (digits - 1), 10**digits - 1) for _ in range(2))
         if operation == "divided by":
-            divisors = [d for d in range(2, a) if a % d == 0]
+            small = [d for d in range(2, math.isqrt(a) + 1) if a % d == 0]
+            divisors = sorted({*small, *(a // d for d in small)})
             if not divisors:  # 1 or a prime: no question without a remainder
                 continue
             b = rng.choice(divisors)
