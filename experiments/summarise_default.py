@@ -35,23 +35,24 @@ def split(units: list[dict[str, Any]], against: list[str]) -> dict[str, Any]:
     return {"scores": rows, "paired": paired}
 
 
+def best_single(units: list[dict[str, Any]]) -> str:
+    """The single worker (alone or as a plain chat) benched on ``units`` with the highest accuracy there."""
+    return best_of(units, [name for name in SINGLES if of(units, name)])
+
+
 def main() -> None:
     default, everyday = records("bbh_broad_default.yaml"), records("bbh_broad_default_everyday.yaml")
     arithmetic = [r for r in everyday if r["dataset"] == "bigbench arithmetic (recovered)"]
     own = [r for r in everyday if r["dataset"] == "own questions"]
     families, unseen = records("bbh_broad_baselines.yaml"), records("bbh_broad_unseen.yaml")
-    singles = [name for name in SINGLES if of(families, name)]
+    unseen_by_family = {f: [r for r in unseen if r["dataset"] == f] for f in sorted({r["dataset"] for r in unseen})}
     summary: dict[str, Any] = {
         "router_split": split(default + arithmetic, [ROUTER]),
         "router_split_by_dataset": {
             name: split(units, [ROUTER]) for name, units in (("gsm8k + mmlu", default), ("arithmetic", arithmetic))
         },
-        "families": split(families, [ROUTER, best_of(families, singles)]),
-        "unseen_families": {
-            family: split(of_family, [best_of(of_family, [n for n in SINGLES if of(of_family, n)])])
-            for family in sorted({r["dataset"] for r in unseen})
-            for of_family in [[r for r in unseen if r["dataset"] == family]]
-        },
+        "families": split(families, [ROUTER, best_single(families)]),
+        "unseen_families": {family: split(units, [best_single(units)]) for family, units in unseen_by_family.items()},
         "own_questions": split(own, [ROUTER]),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

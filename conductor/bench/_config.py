@@ -544,8 +544,8 @@ def _is_folder(value: Any) -> bool:
 def _stamp(folder: Path) -> str:
     """The digest of a checkpoint folder's contents (``program_digest``): a conductor retrained in place is a new
     method, and one copied, checked out again or saved again unchanged is not (file times change with each)."""
-    files = tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()))
-    return _digest(folder, files)
+    stats = [(p, p.stat()) for p in folder.rglob("*") if p.is_file()]
+    return _digest(folder, tuple(sorted((str(p), stat.st_size, stat.st_mtime_ns) for p, stat in stats)))
 
 
 @functools.lru_cache(maxsize=64)
