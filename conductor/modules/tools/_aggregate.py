@@ -11,7 +11,6 @@ it may see (each one's subtask and response, as ``run/_executor.py``'s ``_contex
 
 from __future__ import annotations
 
-import ast
 import logging
 import re
 import textwrap
@@ -22,6 +21,7 @@ from typing import Any
 
 from conductor.errors import CodeTimeout, ToolInputError
 from conductor.modules._answer import choice_index, extract_answer, normalise
+from conductor.modules._syntax import parse_python
 from conductor.modules.tools._calculator import calculate, extract_expression
 from conductor.modules.tools._sandbox import Isolation, extract_code, run_python
 from conductor.modules.workers import ToolWorker
@@ -199,7 +199,7 @@ def completed_program(task: str, response: str, name: str) -> str:
 
 def _compiles(program: str) -> bool:
     try:
-        ast.parse(program)
+        parse_python(program)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conductor.errors import ToolInputError
+from conductor.modules._syntax import parse_python
 from conductor.modules.workers import ToolWorker
 
 _MAX_EXPRESSION_CHARS = 1000
@@ -174,7 +175,7 @@ def _parse(expression: str) -> tuple[ast.expr, str]:
     if not text:
         raise ToolInputError("empty expression")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python(text, mode="eval")
         _check(tree.body)
     except (SyntaxError, ValueError):
         raise ToolInputError(f"not an arithmetic expression: {expression!r}") from None

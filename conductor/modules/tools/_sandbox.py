@@ -14,7 +14,6 @@ machine.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import errno
 import functools
@@ -34,6 +33,7 @@ import time
 from typing import Any, Literal
 
 from conductor.errors import CodeTimeout, ToolInputError, WorkerError
+from conductor.modules._syntax import parse_python
 from conductor.modules.workers import TRUNCATED, ToolWorker
 
 logger = logging.getLogger(__name__)
@@ -463,7 +463,7 @@ def extract_code(text: str) -> str:
     if blocks:
         return blocks[-1]
     try:
-        ast.parse(text)
+        parse_python(text)
     except (SyntaxError, ValueError):
         raise ToolInputError("no Python code found: put it in a ```python fenced block") from None
     return text

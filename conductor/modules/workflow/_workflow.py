@@ -18,16 +18,15 @@ format errors are data (they earn reward 0 in training), not crashes.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import reprlib
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Union
 
 from conductor.errors import WorkflowError
+from conductor.modules._syntax import python_literal
 
 # The text format's vocabulary, defined here once: ``to_text`` writes it, ``parse`` reads it, and the workflow grammar
 # (``conductor.conductor_lm``) spells the same text with it.
@@ -277,18 +276,8 @@ def _end_of_value(text: str, start: int) -> int | None:
     return None
 
 
-_LITERAL_EVAL_LOCK = threading.Lock()
-"""CPython 3.11's AST constructor isn't safe across threads (gh-106905: ``SystemError: AST constructor recursion depth
-mismatch`` under a busy server), so one thread at a time reads a Python literal."""
-
-
-def _literal(raw: str) -> object:
-    with _LITERAL_EVAL_LOCK:
-        return ast.literal_eval(raw)
-
-
 def _read_list(raw: str) -> object:
-    for reader in (_literal, json.loads):
+    for reader in (python_literal, json.loads):
         try:
             return reader(raw)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
