@@ -40,6 +40,25 @@ def best_single(units: list[dict[str, Any]]) -> str:
     return best_of(units, [name for name in SINGLES if of(units, name)])
 
 
+def rule(summary: dict[str, Any]) -> dict[str, bool]:
+    """The issue's rule, part by part: a higher accuracy than the router on its split and on the families' test
+    (the point estimates; the paired intervals are beside them in the table), and at least the best single worker's
+    on at least 2 unseen families."""
+
+    def lead(part: dict[str, Any], against: str) -> float:
+        return part["paired"][against]["difference"]
+
+    unseen = summary["unseen_families"].values()
+    return {
+        "beats the router on its split": lead(summary["router_split"], ROUTER) > 0,
+        "beats the router on the families' test": lead(summary["families"], ROUTER) > 0,
+        "at least the best single worker on 2 unseen families": sum(
+            all(p["difference"] >= 0 for p in part["paired"].values()) for part in unseen
+        )
+        >= 2,
+    }
+
+
 def main() -> None:
     default, everyday = records("bbh_broad_default.yaml"), records("bbh_broad_default_everyday.yaml")
     arithmetic = [r for r in everyday if r["dataset"] == "bigbench arithmetic (recovered)"]
@@ -55,6 +74,7 @@ def main() -> None:
         "unseen_families": {family: split(units, [best_single(units)]) for family, units in unseen_by_family.items()},
         "own_questions": split(own, [ROUTER]),
     }
+    summary["rule"] = rule(summary)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = ["| split | system | accuracy % [95% CI] (n) | the 10-family conductor's lead, points (95%) |"]
@@ -74,6 +94,8 @@ def main() -> None:
             if p is not None:
                 row += f" {100 * p['difference']:+.1f} ({100 * p['low']:+.1f} to {100 * p['high']:+.1f})"
             lines.append(row + " |")
+    verdicts = [f"- {part}: {'yes' if held else 'no'}" for part, held in summary["rule"].items()]
+    lines += ["", f"The issue's rule ({'met' if all(summary['rule'].values()) else 'not met'}):", *verdicts]
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
