@@ -169,8 +169,7 @@ class ConductorCompiler(Teleprompter):
             }
             self._checkpoint(best, state)
         else:
-            best = load_program(self.output_dir / BEST, trust_code=True)  # its own checkpoint of the user's program
-            logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
+            best = self._resumed_best(student, state)
         for name, run in phases:
             if name in state["done"]:
                 continue
@@ -346,6 +345,27 @@ class ConductorCompiler(Teleprompter):
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.output_dir / STATE)  # the state names the best folder only once that folder is complete
         self._write_reports(state)
+
+    def _resumed_best(self, student: Conductor, state: dict[str, Any]) -> Conductor:
+        folder = self.output_dir / BEST
+        if folder.exists():
+            logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
+            return load_program(folder, trust_code=True)  # its own checkpoint of the user's program
+        # the state and reports are small enough to keep beside a run's results, its weights often are not (a fresh
+        # clone has them): keep the scored start, and run every phase again from the student as given
+        logger.warning(
+            "resuming without %s: phase(s) %s run again from the student as given",
+            folder,
+            ", ".join(state["done"]) or "(none)",
+        )
+        start = state["records"][0]
+        state.update(
+            done=[],
+            records=[start],
+            best_score=start["score"],
+            validation_scores={k: v for k, v in state["validation_scores"].items() if k == "start"},
+        )
+        return student
 
     def _load_state(self) -> dict[str, Any] | None:
         path = self.output_dir / STATE

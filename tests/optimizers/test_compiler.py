@@ -1,6 +1,7 @@
 import itertools
 import json
 import logging
+import shutil
 from typing import Any
 
 import dspy
@@ -123,6 +124,31 @@ def test_a_stopped_compile_resumes_without_repeating_finished_phases(tmp_path):
     assert compiled.orchestrate.signature.instructions == HINT  # restored from the checkpoint, not the new student
     phases = [r["phase"] for r in json.loads((tmp_path / "phases.json").read_text())]
     assert phases == ["start", "prompt-1", "prompt-2"]
+
+
+def test_a_compile_whose_best_program_is_gone_reruns_its_phases_from_the_student_keeping_the_start(tmp_path, caplog):
+    # what a fresh clone has: the state and reports were committed, the saved program (its weights) was not
+    search = SetInstructions(HINT)
+    ConductorCompiler(metric, output_dir=tmp_path, prompt_search=search).compile(student(), trainset=EXAMPLES)
+    first = json.loads((tmp_path / "compiler_state.json").read_text())
+    shutil.rmtree(tmp_path / "best")
+    scored: list[Any] = []
+
+    def counting(example, prediction, trace=None):
+        scored.append(example)
+        return metric(example, prediction, trace)
+
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        compiled = ConductorCompiler(counting, output_dir=tmp_path, prompt_search=search).compile(
+            student(), trainset=EXAMPLES
+        )
+    assert "run again from the student as given" in caplog.text
+    assert search.calls == 2 and compiled.orchestrate.signature.instructions == HINT
+    assert len(scored) == len(EXAMPLES)  # prompt-1 scored again; the start was not
+    state = json.loads((tmp_path / "compiler_state.json").read_text())
+    assert state["records"][0] == first["records"][0] and state["done"] == ["prompt-1"]
+    assert [r["phase"] for r in state["records"]] == ["start", "prompt-1"]
+    assert load_program(tmp_path / "best", trust_code=True).orchestrate.signature.instructions == HINT
 
 
 def test_bad_input_is_refused_clearly(tmp_path):
