@@ -15,7 +15,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 ray = pytest.importorskip("ray")
 
+from conductor.errors import ConductorError  # noqa: E402
+from conductor.local import trainable_policy  # noqa: E402
 from conductor.optimizers.grpo import GRPOTrainer, RolloutSetup  # noqa: E402
+from conductor.optimizers.grpo._actors import RolloutActor, prompt_state  # noqa: E402
 from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     _one_torch_thread,
     choice,
@@ -151,3 +154,27 @@ def test_ray_without_a_rollout_setup_is_refused(tmp_path: Path) -> None:
     run = GRPOTrainer(config(tmp_path, ray="local"), policy, program(), trainset(), exact)
     with pytest.raises(ConfigError, match="need rollout_setup"):
         run.setup()
+
+
+def with_policy_as_conductor_lm() -> RolloutSetup:
+    """As ``conductor compile`` builds an actor's program: the policy is the conductor LM, a ``dspy.LM`` whose engine
+    is a local model's."""
+    policy = tiny()
+    conductor = program()
+    conductor.orchestrate.lm = policy.as_dspy_lm()
+    return RolloutSetup(policy, conductor, exact, choice(policy))
+
+
+def test_an_actor_takes_the_driver_s_prompts_and_keeps_its_own_conductor_lm(tmp_path: Path) -> None:
+    driver = with_policy_as_conductor_lm().program
+    driver.orchestrate.signature = driver.orchestrate.signature.with_instructions("Write the best workflow.")
+    state = prompt_state(driver)
+    with pytest.raises(ConductorError, match="never saved"):
+        driver.dump_state()  # a policy's LM can't be dumped before the policy is saved...
+    trainable_policy(driver.orchestrate.lm).save(tmp_path / "policy")
+    with pytest.raises(ValueError, match="custom serialized engine"):  # ...nor, once saved, rebuilt from state
+        RolloutActor(with_policy_as_conductor_lm, driver.dump_state(), config(tmp_path))
+    actor = RolloutActor(with_policy_as_conductor_lm, state, config(tmp_path))
+    built = actor.collector.program
+    assert built.orchestrate.signature.instructions == "Write the best workflow."
+    assert trainable_policy(built.orchestrate.lm) is actor.policy

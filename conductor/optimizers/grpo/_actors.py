@@ -2,7 +2,7 @@
 sampling) and of the program and its pool, and collects one shard of every step; the learner stays on the driver.
 
 An actor builds what it holds by calling ``rollout_setup`` (a picklable function, so that models load where they
-run instead of being pickled), takes the driver program's prompts and demos (``dump_state``), and before each shard
+run instead of being pickled), takes the driver program's prompts and demos (``prompt_state``), and before each shard
 loads the driver's current trainable weights, put once per step in Ray's object store. A shard is seeded by the
 step and its number (``_rollouts.py``), never by the actor that runs it, so a run on Ray samples exactly what
 ``RolloutCollector`` samples in this process. An actor that dies is restarted and its shard redone
@@ -11,6 +11,7 @@ step and its number (``_rollouts.py``), never by the actor that runs it, so a ru
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,18 @@ class RolloutSetup:
 def trainable_weights(policy: ConductorLM) -> dict[str, torch.Tensor]:
     """The weights an update changes (the LoRA adapter), by name, on the CPU."""
     return {name: p.detach().cpu() for name, p in policy.model.named_parameters() if p.requires_grad}
+
+
+def prompt_state(program: Conductor) -> dict[str, Any]:
+    """``program.dump_state()`` without its LMs: each predictor's prompts and demos, what an actor takes from the
+    driver. The actor's program has its LMs from ``setup`` (the conductor LM is its own policy); a policy's LM can't
+    be dumped before the policy is saved, nor rebuilt from state (DSPy refuses an engine not its own)."""
+    states = {}
+    for name, predictor in program.named_parameters():
+        bare = copy.copy(predictor)  # a shallow copy: the driver's predictor keeps its LM, even for a moment
+        bare.lm = None
+        states[name] = bare.dump_state()
+    return states
 
 
 class RolloutActor:
@@ -81,7 +94,8 @@ class RayRollouts:
         self.policy = policy
         self.config = config
         remote = self.ray.remote(RolloutActor).options(**ONE_THREAD, max_restarts=RESTARTS, max_task_retries=RESTARTS)
-        self.actors = [remote.remote(setup, program.dump_state(), config) for _ in range(config.rollout_workers)]
+        state = prompt_state(program)
+        self.actors = [remote.remote(setup, state, config) for _ in range(config.rollout_workers)]
 
     def collect(self, examples: Sequence[tuple[int, dspy.Example]], step: int, start: int = 0) -> RolloutBatch:
         weights = self.ray.put(trainable_weights(self.policy))  # once per collect, read by every actor
