@@ -351,8 +351,8 @@ class ConductorCompiler(Teleprompter):
         if folder.exists():
             logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
             return load_program(folder, trust_code=True)  # its own checkpoint of the user's program
-        # the state and reports are small enough to keep beside a run's results, its weights often are not (a fresh
-        # clone has them): keep the scored start, and run every phase again from the student as given
+        # the state and reports are small enough to commit beside a run's results, its weights often are not (a fresh
+        # clone has the one without the other): keep the scored start, and run every phase again from the student
         logger.warning(
             "resuming without %s: phase(s) %s run again from the student as given",
             folder,
