@@ -31,7 +31,7 @@ from conductor.bench.datasets import BUILTIN_METRICS, DataFile, MetricName, Spli
 from conductor.deploy import conductor_lm, conductor_policy, is_trainable
 from conductor.errors import ConfigError, invalid_config
 from conductor.local import EMBEDDED_MODELS
-from conductor.modules import Conductor, WorkerIds, WorkerPool
+from conductor.modules import Conductor, ReplayStore, WorkerIds, WorkerPool
 from conductor.optimizers import BudgetSpace, ExpertIterationConfig, ProgramSearchConfig, TemplateWarmStartConfig
 from conductor.optimizers.grpo import GRPOConfig
 
@@ -67,6 +67,12 @@ class ProgramSection(pydantic.BaseModel):
     grammar: bool = pydantic.Field(
         False, description="decode only valid workflows, in training and after (needs xgrammar)"
     )
+    replay_store: ConfigPath | None = pydantic.Field(
+        None,
+        description="a file where the pool's `replay` workers keep their completions, shared by every process of a "
+        "run (its scoring on Ray, GRPO's rollout actors) and by other runs that name it, so that phases and compiles "
+        "score on the same worker samples (as a bench config's `replay_store`); None: each process its own",
+    )
 
     @pydantic.field_validator("pool")
     @classmethod
@@ -77,6 +83,14 @@ class ProgramSection(pydantic.BaseModel):
         if not path.is_file():
             raise ValueError(f"the pool file {path} does not exist (name one relative to the config, or 'default')")
         return str(path)
+
+    @pydantic.model_validator(mode="after")
+    def _store_needs_a_pool_file(self) -> ProgramSection:
+        if self.replay_store is not None and self.pool == "default":
+            raise ValueError(
+                "replay_store needs a pool file whose workers say `replay: true` (the default pool's don't)"
+            )
+        return self
 
     @pydantic.field_validator("conductor")
     @classmethod
@@ -221,7 +235,11 @@ class RunConfig(pydantic.BaseModel):
         return BUILTIN_METRICS.get(self.data.metric) or import_object(self.data.metric)
 
     def pool(self) -> WorkerPool:
-        return WorkerPool.default() if self.program.pool == "default" else WorkerPool.from_file(self.program.pool)
+        spec = self.program
+        if spec.pool == "default":
+            return WorkerPool.default()
+        store = None if spec.replay_store is None else ReplayStore(spec.replay_store)
+        return WorkerPool.from_file(spec.pool, replay_store=store)
 
     def policy(self) -> ConductorLM:
         """The trainable conductor policy, LoRA adapter included."""

@@ -3,7 +3,8 @@
 On Ray the program travels as its saved folder (``conductor.save``), never as live models or thread pools: each task
 loads it in its own process (one torch thread), scores its consecutive share of the examples and returns the
 ``(example, prediction, score)`` triples, which join in the examples' order. A program scores each example on its
-own, so the results are the same wherever they run.
+own, so the results are the same wherever they run. A saved program names no replay store, so when the program's
+replay workers keep their completions in one, the tasks are told it and rebuild their pools on it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dspy.evaluate import EvaluationResult
 
 from conductor._ray import ONE_THREAD, connect, consecutive_shards, cpus, pack_folder, unpack_folder
 from conductor.deploy import load_program, save_program
-from conductor.modules import Conductor
+from conductor.errors import ConfigError
+from conductor.modules import Conductor, ReplayStore, ReplayWorker, WorkerPool
 
 Triple = tuple[dspy.Example, dspy.Prediction, float]
 
@@ -40,19 +42,42 @@ def evaluate_program(
     with tempfile.TemporaryDirectory(prefix="conductor-eval-") as folder:
         files = cluster.put(pack_folder(save_program(program, Path(folder) / "program")))
     task = cluster.remote(_score_shard).options(**ONE_THREAD)
-    shards = [task.remote(files, shard, metric, threads) for shard in consecutive_shards(examples, cpus(cluster))]
+    store = _replay_store(program.pool)
+    shards = [
+        task.remote(files, shard, metric, threads, store) for shard in consecutive_shards(examples, cpus(cluster))
+    ]
     results = [triple for shard in cluster.get(shards) for triple in shard]
     total = sum(score for *_, score in results)
     return EvaluationResult(score=round(100 * total / len(results), 2) if results else 0.0, results=results)
 
 
+def _replay_store(pool: WorkerPool) -> ReplayStore | None:
+    """The store that ``pool``'s replay workers keep their completions in, if any."""
+    stores = {
+        worker.store.path: worker.store
+        for worker in pool
+        if isinstance(worker, ReplayWorker) and worker.store is not None
+    }
+    if len(stores) > 1:
+        raise ConfigError(f"the pool's replay workers keep their completions in {len(stores)} stores: use one")
+    return next(iter(stores.values()), None)
+
+
 def _score_shard(
-    files: dict[str, bytes], examples: list[dspy.Example], metric: Callable[..., Any], threads: int
+    files: dict[str, bytes],
+    examples: list[dspy.Example],
+    metric: Callable[..., Any],
+    threads: int,
+    store: ReplayStore | None,
 ) -> list[Triple]:
-    """One Ray task: load the shipped program (saved by the process that asked: its code is that process's own)
-    and score ``examples`` with it."""
+    """One Ray task: load the shipped program (saved by the process that asked: its code is that process's own),
+    its replay workers on ``store`` when given, and score ``examples`` with it."""
     folder = unpack_folder(files)
     program = load_program(folder, trust_code=True)
+    if store is not None:
+        pool = WorkerPool.from_config(program.pool.spec, replay_store=store)
+        program.pool.close()
+        program = program.copy_with(pool=pool)
     try:
         return evaluate_program(program, examples, metric, threads=threads).results
     finally:

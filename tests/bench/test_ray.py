@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conductor.bench import run_benchmark, validate_config
 from conductor.errors import MissingDependency
@@ -61,7 +62,7 @@ def test_ray_asked_for_without_ray_installed_names_the_extra(tmp_path: Path, mon
 @pytest.mark.slow  # its tasks load the deploy stack: about 30 s here
 def test_a_program_scores_the_same_on_ray_as_in_this_process(tmp_path: Path, local_cluster: None) -> None:
     from conductor.bench.simulated import simulated_dataset, simulated_metric
-    from conductor.modules import Conductor, WorkerPool
+    from conductor.modules import Conductor, ReplayStore, WorkerPool
     from conductor.optimizers import evaluate_program
     from tests.deploy.helpers import fixed_lm
 
@@ -74,3 +75,13 @@ def test_a_program_scores_the_same_on_ray_as_in_this_process(tmp_path: Path, loc
     on_ray = evaluate_program(program, examples, simulated_metric, threads=2, ray="auto")
     assert on_ray.score == here.score == 75.0
     assert [(e, p.answer, s) for e, p, s in on_ray.results] == [(e, p.answer, s) for e, p, s in here.results]
+
+    # A saved program names no replay store: the tasks rebuild the program's replay workers on the asking pool's.
+    spec = yaml.safe_load((tmp_path / "pool.yaml").read_text())
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump({"workers": [w | {"replay": True} for w in spec["workers"]]}))
+    store = ReplayStore(tmp_path / "replay.sqlite")
+    stored = Conductor(
+        WorkerPool.from_file(tmp_path / "pool.yaml", replay_store=store), fixed_lm(workflow), max_steps=1
+    )
+    assert evaluate_program(stored, examples, simulated_metric, threads=2, ray="auto").score == 75.0
+    assert len(store) == 3  # the flaky tool's three answers; its failure is not kept

@@ -16,6 +16,7 @@ pytest.importorskip("peft")
 
 from conductor.cli import load_run_config, main  # noqa: E402
 from conductor.errors import ConfigError  # noqa: E402
+from conductor.modules import ReplayStore  # noqa: E402
 
 POOL = {
     "workers": [
@@ -269,6 +270,35 @@ def test_a_config_can_have_workflows_name_the_workers(tmp_path: Path) -> None:
     assert program.orchestrate.lm.engine.logits_processor.format.worker_names == ("calc", "title")
     with pytest.raises(ConfigError, match=r"program\.worker_ids"):
         load_run_config(write_config(tmp_path, {"worker_ids": "places"}))
+
+
+def test_two_compiles_naming_one_replay_store_score_on_the_same_worker_samples(tmp_path: Path) -> None:
+    """The second compile's validation sends its replay workers no prompt the first one sent; without the store
+    each compile's process samples its own."""
+    pool = {"workers": [{**worker, "replay": True} for worker in POOL["workers"]]}
+    program = {"grammar": True, "max_steps": 1, "max_tokens": 64, "replay_store": "replay.sqlite"}
+    config = write_config(tmp_path, program, compile={"few_shot": 1, "candidates": 0})
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    loaded = load_run_config(config)
+    assert loaded.program.replay_store == tmp_path / "replay.sqlite"  # relative to the config
+    assert all(worker.store.path == tmp_path / "replay.sqlite" for worker in loaded.pool())
+    store = ReplayStore(tmp_path / "replay.sqlite")
+
+    assert main(["compile", str(config), "--no-test"]) == 0
+    asked = len(store)
+    assert asked > 0  # the start's validation called its workers, through the store
+    again = yaml.safe_load(config.read_text()) | {"output_dir": str(tmp_path / "again")}
+    config.write_text(yaml.safe_dump(again))
+    assert main(["compile", str(config), "--no-test"]) == 0
+    assert len(store) == asked
+    scores = [json.loads((tmp_path / run / "phases.json").read_text())[0]["score"] for run in ("run", "again")]
+    assert scores[0] == scores[1]
+
+
+def test_a_replay_store_needs_a_pool_file(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"pool": "default", "replay_store": "replay.sqlite"})
+    with pytest.raises(ConfigError, match=r"program: .*replay_store needs a pool file"):
+        load_run_config(config)
 
 
 def write_questions(tmp_path: Path) -> Path:
