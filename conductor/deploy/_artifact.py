@@ -22,7 +22,6 @@ import importlib.metadata
 import json
 import logging
 import platform
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,7 @@ def save_program(program: Conductor, path: str | Path, *, extra_manifest: dict[s
 
     def write(tmp: Path) -> None:
         _write_json(tmp / POOL, pool)
-        with _lms_set_aside(program):
+        with program.lms_set_aside():
             program.save(str(tmp / PROGRAM))
         if policy is not None:
             policy.save(tmp / POLICY_DIR)
@@ -177,19 +176,6 @@ def _without_secrets(value: Any) -> Any:
     return value
 
 
-@contextlib.contextmanager
-def _lms_set_aside(program: Conductor) -> Iterator[None]:
-    """Predictors without LMs while DSPy saves or loads their state: the conductor LM is saved on its own."""
-    lms = [(predictor, predictor.lm) for _, predictor in program.named_predictors()]
-    for predictor, _ in lms:
-        predictor.lm = None
-    try:
-        yield
-    finally:
-        for predictor, lm in lms:
-            predictor.lm = lm
-
-
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
@@ -209,7 +195,7 @@ def load_program(path: str | Path, *, trust_code: bool = False) -> Conductor:
     lm = _load_lm(_lm_description(folder / MANIFEST, manifest), folder)
     program = Conductor.from_config(config, WorkerPool.from_config(pool_config), lm)
     try:
-        with _lms_set_aside(program):
+        with program.lms_set_aside():
             program.load(str(folder / PROGRAM))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # what DSPy raises on a bad state
         program.pool.close()

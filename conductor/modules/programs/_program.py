@@ -7,9 +7,10 @@ experiment runner can treat every method alike.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self, TypedDict
 
 import dspy
@@ -109,6 +110,20 @@ class PoolProgram(dspy.Module):
         clone.executor.pool = clone.pool
         clone.executor.budget = self.executor.budget if budget is None else budget
         return clone
+
+    @contextlib.contextmanager
+    def lms_set_aside(self) -> Iterator[None]:
+        """Its predictors without LMs while DSPy saves, loads or dumps their state: what a program learns is its
+        prompts and demos; its LMs are rebuilt where it runs (a saved conductor LM is saved on its own, and DSPy
+        refuses to rebuild a local model's LM from state). Not for a program that is running meanwhile."""
+        lms = [(predictor, predictor.lm) for _, predictor in self.named_predictors()]
+        for predictor, _ in lms:
+            predictor.lm = None
+        try:
+            yield
+        finally:
+            for predictor, lm in lms:
+                predictor.lm = lm
 
     def no_answer(self, error: RunError, text: str = "", conductor_usage: Usage = Usage()) -> dspy.Prediction:
         """The prediction of a run that ran no workflow: refused input, or no usable workflow and no fallback (with

@@ -11,7 +11,6 @@ step and its number (``_rollouts.py``), never by the actor that runs it, so a ru
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,13 +49,9 @@ def trainable_weights(policy: ConductorLM) -> dict[str, torch.Tensor]:
 def prompt_state(program: Conductor) -> dict[str, Any]:
     """``program.dump_state()`` without its LMs: each predictor's prompts and demos, what an actor takes from the
     driver. The actor's program has its LMs from ``setup`` (the conductor LM is its own policy); a policy's LM can't
-    be dumped before the policy is saved, nor rebuilt from state (DSPy refuses an engine not its own)."""
-    states = {}
-    for name, predictor in program.named_parameters():
-        bare = copy.copy(predictor)  # a shallow copy: the driver's predictor keeps its LM, even for a moment
-        bare.lm = None
-        states[name] = bare.dump_state()
-    return states
+    be dumped before the policy is saved, nor rebuilt from state."""
+    with program.lms_set_aside():
+        return program.dump_state()
 
 
 class RolloutActor:
