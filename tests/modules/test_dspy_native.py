@@ -74,6 +74,19 @@ def test_the_conductor_lm_survives_reset_copy_deepcopy_and_a_state_without_lms(t
     assert loaded.orchestrate.lm is lm
 
 
+def test_lms_set_aside_leaves_them_out_of_the_state_and_puts_them_back_even_after_an_error():
+    lm, role_lm = scripted_lm(lambda _: GOOD), scripted_lm(lambda _: "Answer: 42")
+    program = Conductor(make_pool(), lm)
+    program.roles["solve"].lm = role_lm
+    with program.lms_set_aside():
+        state = program.dump_state()
+    assert state and all(predictor["lm"] is None for predictor in state.values())
+    assert (program.orchestrate.lm, program.roles["solve"].lm) == (lm, role_lm)
+    with pytest.raises(RuntimeError, match="saving failed"), program.lms_set_aside():
+        raise RuntimeError("saving failed")
+    assert (program.orchestrate.lm, program.roles["solve"].lm) == (lm, role_lm)
+
+
 def test_labeled_demos_without_a_workflow_are_left_out_of_the_prompts():
     lm = scripted_lm(lambda _: GOOD)
     pool = make_pool()
