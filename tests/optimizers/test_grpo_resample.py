@@ -113,6 +113,20 @@ def test_the_rounds_are_capped_and_the_last_round_is_what_the_update_gets(tmp_pa
     assert run.drawn == 12
 
 
+def test_a_step_whose_groups_all_agree_leaves_the_weights_as_the_step_before_left_them(tmp_path: Path) -> None:
+    """An optimizer step on zero gradients would move them along AdamW's momentum from step 1's update."""
+    run = run_with_unanswerable(tmp_path, places=[2, 3], steps=2)  # step 2's two questions
+    run.setup()
+    untrained = _adapter(run)
+    run.train_step(1)
+    learned = _adapter(run)
+    assert run.log.history[0]["grad_norm"] > 0 and _changed(learned, untrained)
+    run.train_step(2)
+    assert (run.log.history[1]["agreeing_groups"], run.log.history[1]["grad_norm"]) == (2, 0)
+    assert not _changed(_adapter(run), learned)
+    assert run.scheduler.last_epoch == 1  # the schedule counts optimizer steps: step 2 took none
+
+
 def test_by_default_a_step_trains_on_its_batch_as_drawn(tmp_path: Path) -> None:
     run = run_with_unanswerable(tmp_path, places=range(8), steps=2)
     history = run.run()

@@ -274,7 +274,8 @@ class GRPOTrainer:
         micro-batches.
 
         With ``beta == 0`` a rollout whose advantage is 0 (every rollout of a group that scored alike) adds nothing
-        to the gradient, so only the others are scored: the same update for less compute. The old log-probs (of the
+        to the gradient, so only the others are scored: the same update for less compute; with none, the weights
+        stay as they are. The old log-probs (of the
         weights that sampled) are the new ones detached when there is one update per batch, where they are equal,
         else a pass without gradient before the first update. Every sample of a rollout (its recursive rounds' too) is
         a sequence trained with the rollout's advantage.
@@ -294,9 +295,13 @@ class GRPOTrainer:
         if sequences and config.beta > 0:
             with self._reference_weights():
                 ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
+        sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
+        if not sequences:
+            # Every group agreed: nothing to learn, so no optimizer step (the schedule counts those). One on zero
+            # gradients would still move the weights, along AdamW's momentum from earlier steps.
+            return sums
         chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), config.grad_accumulation) if len(c)]
         total = sum(len(r.samples) for r in rollouts)
-        sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
         self.policy.train()
         try:
             for _ in range(config.updates_per_batch):
