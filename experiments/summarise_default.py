@@ -122,7 +122,8 @@ def grpo_table(rows: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {name} | {100 * warm['accuracy']:.1f} ({warm['calls_per_question']:.2f}) | "
             f"{100 * grpo['accuracy']:.1f} ({grpo['calls_per_question']:.2f}) | "
-            f"{100 * p['difference']:+.1f} ({100 * p['low']:+.1f} to {100 * p['high']:+.1f}) | {p['p_value']:.3g} |"
+            f"{100 * p['difference']:+.1f} ({100 * p['low']:+.1f} to {100 * p['high']:+.1f}) | "
+            f"{'<1e-4' if p['p_value'] < 1e-4 else format(p['p_value'], '.3g')} |"  # compared() keeps 4 decimals
         )
     return lines
 
