@@ -275,10 +275,9 @@ class GRPOTrainer:
 
         With ``beta == 0`` a rollout whose advantage is 0 (every rollout of a group that scored alike) adds nothing
         to the gradient, so only the others are scored: the same update for less compute; with none, the weights
-        stay as they are. The old log-probs (of the
-        weights that sampled) are the new ones detached when there is one update per batch, where they are equal,
-        else a pass without gradient before the first update. Every sample of a rollout (its recursive rounds' too) is
-        a sequence trained with the rollout's advantage.
+        stay as they are. The old log-probs (of the weights that sampled) are the new ones detached when there is one
+        update per batch, where they are equal, else a pass without gradient before the first update. Every sample of
+        a rollout (its recursive rounds' too) is a sequence trained with the rollout's advantage.
         """
         config, rollouts = self.config, batch.rollouts
         if rollouts and all(not r.reward.format_ok for r in rollouts):
@@ -289,17 +288,17 @@ class GRPOTrainer:
         sequences = [(i, sample) for i in active for sample in rollouts[i].samples]  # (rollout, sample)
         prompts = [sample.prompt_ids for _, sample in sequences]
         completions = [sample.token_ids for _, sample in sequences]
-        old = ref = None
-        if sequences and config.updates_per_batch > 1:
-            old = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
-        if sequences and config.beta > 0:
-            with self._reference_weights():
-                ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
         if not sequences:
             # Every group agreed: nothing to learn, so no optimizer step (the schedule counts those). One on zero
             # gradients would still move the weights, along AdamW's momentum from earlier steps.
             return sums
+        old = ref = None
+        if config.updates_per_batch > 1:
+            old = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
+        if config.beta > 0:
+            with self._reference_weights():
+                ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
         chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), config.grad_accumulation) if len(c)]
         total = sum(len(r.samples) for r in rollouts)
         self.policy.train()
