@@ -48,7 +48,7 @@ import dspy
 import numpy as np
 import torch
 
-from conductor.conductor_lm import ConductorLM
+from conductor.conductor_lm import ConductorLM, Sample
 from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Conductor
 from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
@@ -280,12 +280,7 @@ class GRPOTrainer:
         a rollout (its recursive rounds' too) is a sequence trained with the rollout's advantage.
         """
         config, rollouts = self.config, batch.rollouts
-        if rollouts and all(not r.reward.format_ok for r in rollouts):
-            logger.warning("step %d: no sampled workflow was usable (all format errors): nothing to learn", step)
-        rewards = torch.tensor([[r.reward.value for r in group] for group in batch.groups], dtype=torch.float32)
-        advantages = group_advantages(rewards, config.advantage_eps).flatten() if batch.groups else rewards.flatten()
-        active = [i for i, a in enumerate(advantages.tolist()) if a != 0 or config.beta > 0]
-        sequences = [(i, sample) for i in active for sample in rollouts[i].samples]  # (rollout, sample)
+        advantages, sequences = self._trained_sequences(batch, step)
         prompts = [sample.prompt_ids for _, sample in sequences]
         completions = [sample.token_ids for _, sample in sequences]
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
@@ -330,6 +325,18 @@ class GRPOTrainer:
         finally:
             self.policy.eval()
         return {k: v / config.updates_per_batch for k, v in sums.items()}
+
+    def _trained_sequences(self, batch: RolloutBatch, step: int) -> tuple[torch.Tensor, list[tuple[int, Sample]]]:
+        """Each rollout's advantage within its group, and the ``(rollout, sample)`` sequences the update trains on:
+        every sample of the rollouts whose advantage is not 0 (all of them with a KL term)."""
+        rollouts = batch.rollouts
+        if rollouts and all(not r.reward.format_ok for r in rollouts):
+            logger.warning("step %d: no sampled workflow was usable (all format errors): nothing to learn", step)
+        rewards = torch.tensor([[r.reward.value for r in group] for group in batch.groups], dtype=torch.float32)
+        eps = self.config.advantage_eps
+        advantages = group_advantages(rewards, eps).flatten() if batch.groups else rewards.flatten()
+        active = [i for i, a in enumerate(advantages.tolist()) if a != 0 or self.config.beta > 0]
+        return advantages, [(i, sample) for i in active for sample in rollouts[i].samples]
 
     @contextlib.contextmanager
     def _reference_weights(self) -> Iterator[None]:
