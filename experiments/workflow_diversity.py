@@ -4,7 +4,7 @@ For the first training questions of each family, a group of workflows sampled at
 alone (no worker is called): how many distinct workflows and worker choices a group holds, and the share of groups
 with one workflow only. A group that samples one workflow every time gives GRPO no gradient whatever the workers
 answer, so this measures what its rollouts' temperature must be before any worker runs. Written to ``diversity.md``
-and ``diversity.json`` beside the program's results folder.
+and ``diversity.json`` in ``--output`` (``results/default/``).
 
     python experiments/workflow_diversity.py   # the 10-family warm start (default_train.yaml), 3 questions a family
 """
@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--per-family", type=int, default=3)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.7, 1.0, 1.3])
+    parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     program = load_program(args.program, trust_code=True)
@@ -84,9 +85,13 @@ def main() -> None:
             "rows": rows,
         }
         print(temperature, {k: v for k, v in summary[str(temperature)].items() if k != "rows"}, flush=True)
-    (RESULTS / "diversity.json").write_text(json.dumps({"program": args.program, **summary}, indent=2) + "\n")
+    program_path = Path(args.program).resolve()
+    if program_path.is_relative_to(EXPERIMENTS.parent):
+        program_path = program_path.relative_to(EXPERIMENTS.parent)  # the repository's own, named as the README does
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "diversity.json").write_text(json.dumps({"program": str(program_path), **summary}, indent=2) + "\n")
     lines = [
-        f"Workflows sampled by `{Path(args.program).relative_to(EXPERIMENTS.parent)}`, {args.group} a question, on "
+        f"Workflows sampled by `{program_path}`, {args.group} a question, on "
         f"{len(questions)} training questions ({args.per_family} of each family); no worker called.",
         "",
         "| temperature | groups with one workflow | with one choice of workers | distinct workflows a group | valid |",
@@ -97,7 +102,7 @@ def main() -> None:
             f"| {temperature} | {s['one_workflow']} of {s['groups']} | {s['one_worker_choice']} of {s['groups']} | "
             f"{s['mean_workflows']:.2f} | {100 * s['valid_share']:.0f}% |"
         )
-    (RESULTS / "diversity.md").write_text("\n".join(lines) + "\n")
+    (args.output / "diversity.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
