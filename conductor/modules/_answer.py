@@ -10,6 +10,8 @@ from typing import Any
 _ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*[:=]\s*(?P<answer>.+?)\s*$", re.I | re.M)
 _SPACES = re.compile(r"\s+")
 _DECORATION = "*_`'\" \t\n"
+_BULLET = re.compile(r"^\s*[-*•]\s+")
+_STATED = re.compile(r"\banswer\s+is\b", re.I)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
 
 
@@ -56,20 +58,46 @@ def _label_pattern(labels: Sequence[str]) -> str:
     return rf"(?:{alternatives})"
 
 
+def _answer_block(text: str) -> str:
+    """What follows the reply's last answer marker (an "Answer:" line or "answer is"), the lines after it included;
+    else all of it."""
+    ends = [m.start("answer") for m in _ANSWER_LINE.finditer(text)] + [m.end() for m in _STATED.finditer(text)]
+    return text[max(ends) :] if ends else text
+
+
+def _lists_options(block: str, options: Sequence[str], labels: Sequence[str]) -> bool:
+    """Whether ``block`` names two options or more one a line, each by its text (a list's bullet aside) or by a
+    label leading the line ("A.", "(B)", "C)")."""
+    label = _label_pattern(labels)
+    named = set()
+    for line in block.splitlines():
+        led = re.match(rf"\s*[-*•]?\s*\(?({label})\)?[.):\]]", line)
+        item = normalise(_BULLET.sub("", line).strip(_DECORATION))
+        if led:
+            named.add(labels.index(led.group(1)))
+        elif item in options:
+            named.add(options.index(item))
+    return len(named) >= 2
+
+
 def choice_index(text: str, options: Sequence[str]) -> int | None:
     """Which of ``options`` (labelled by ``option_labels``) the reply picks, or None if it picks none clearly.
 
-    Looks at the reply's answer (its last "Answer:" line, else all of it) and accepts, in this order: an option's
-    exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text", but not the first of
-    several lines that list options, as a model echoing the question writes them); a label after
-    "answer is", "option" or "choice" anywhere in the reply (the last one wins); the one option whose text the
-    answer contains (an option inside a longer contained one doesn't count), unless every mention of it is negated
+    None where what follows the reply's last answer marker ("Answer:" or "answer is"; else all of it) lists two
+    options or more one a line ("- Yes", "- No" or "A. text", "B. text"), as a model echoing the question writes
+    them. Otherwise looks at the reply's answer (its last "Answer:" line, else all of it) and accepts, in this
+    order: an option's exact text; a label alone, in any case, or leading the answer ("b", "(B)", "B)", "B. text",
+    but not the first of several lines that list options); a label after "answer is", "option" or "choice" anywhere
+    in the reply (the last one wins); the one option whose text the answer contains (an option inside a longer
+    contained one doesn't count), unless every mention of it is negated
     ("not True" picks neither True nor False).
     """
     labels = option_labels(len(options))
+    normalised = [normalise(option) for option in options]
+    if _lists_options(_answer_block(text), normalised, labels):
+        return None
     answer = bare_answer(text)
     reply = normalise(answer)
-    normalised = [normalise(option) for option in options]
     if reply in normalised:
         return normalised.index(reply)
     label = _label_pattern(labels)

@@ -210,6 +210,28 @@ def test_choice_index_prefers_an_option_text_to_a_label_and_needs_a_clear_pick()
     assert choice_index("Answer: 27", [str(n) for n in range(100, 130)]) == 26  # past 26 options, labels are numbers
 
 
+# Gemma's reply in GRPO rollouts on a yes/no question (48 of one run's 1,056 rewarded rollouts): the "Answer:" line
+# is empty and the options' list follows it, whose first line had counted as the pick
+ECHOED = "- Yes\n- No\n\nYour subtask:\nAnswer with the number only.\n\nAnswer:\n- Yes\n- No\n\nYour subtask:\nAnswer:"
+
+
+@pytest.mark.parametrize(
+    ("reply", "picked"),
+    [
+        (ECHOED, None),
+        ("Answer:\n(A) Yes\n(B) No", None),  # by labels, which had read as "Answer: (A)"
+        ("- Yes\n- No", None),
+        ("A: Yes, Alexis tells the truth.\n\nB: Yes, Willian tells the truth.", None),  # Gemma on web_of_lies
+        ("(A) Yes\n(B) No\n\nThe answer is:\n(B) No", 1),  # after the list, a pick
+        ("Answer:\n- Yes\n- No\nThe answer is B", 1),  # a stated pick still counts
+        ("Answer:\nNo\nNo other reading fits.", 1),  # one option on the next line is a pick
+        ("Answer: (B)\nB. No", 1),  # one option named twice is one pick
+    ],
+)
+def test_choice_index_picks_none_from_an_echoed_list_of_options(reply: str, picked: int | None):
+    assert choice_index(reply, ["Yes", "No"]) == picked
+
+
 @pytest.mark.parametrize(
     ("reply", "picked"),
     [
