@@ -84,11 +84,24 @@ def test_training_makes_the_right_workflow_more_likely(tmp_path: Path) -> None:
     assert last["reward"] > first["reward"] and last["accuracy"] > first["accuracy"]
 
 
-def test_gradient_accumulation_gives_the_same_update(tmp_path: Path) -> None:
-    whole, split = trainer(tmp_path / "whole", steps=1), trainer(tmp_path / "split", steps=1, grad_accumulation=3)
-    whole.run(), split.run()
-    assert _same(_adapter(whole.policy), _adapter(split.policy), atol=1e-6)
+@pytest.mark.parametrize("split", [{"grad_accumulation": 3}, {"max_sequences_per_pass": 2}])
+def test_micro_batches_give_the_same_update(tmp_path: Path, split: dict[str, int]) -> None:
+    whole = trainer(tmp_path / "whole", steps=1, max_sequences_per_pass=None)
+    parts = trainer(tmp_path / "split", steps=1, **split)
+    passes: list[int] = []  # sequences in each pass with a gradient
+    scored = parts.policy.sequence_logprobs
+
+    def counted(prompts, completions, **kwargs):
+        if kwargs.get("grad"):
+            passes.append(len(prompts))
+        return scored(prompts, completions, **kwargs)
+
+    parts.policy.sequence_logprobs = counted
+    whole.run(), parts.run()
+    assert _same(_adapter(whole.policy), _adapter(parts.policy), atol=1e-6)
     assert not _same(_adapter(whole.policy), _adapter(tiny()))
+    limit = split.get("max_sequences_per_pass")
+    assert (len(passes) == 3) if limit is None else (max(passes) <= limit and len(passes) > 1)
 
 
 def test_several_updates_per_batch_clip_and_the_kl_term_runs(tmp_path: Path) -> None:

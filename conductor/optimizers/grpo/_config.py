@@ -54,8 +54,15 @@ class GRPOConfig(pydantic.BaseModel):
     grad_accumulation: int = pydantic.Field(
         1,
         ge=1,
-        description="micro-batches per optimizer step (memory only: the update is the same); each pass holds the "
-        "activations of its share of the step's sequences, so raise it with batch_size and group_size",
+        description="micro-batches per optimizer step at least (memory only: the update is the same); each pass "
+        "holds the activations of its share of the step's sequences",
+    )
+    max_sequences_per_pass: int | None = pydantic.Field(
+        32,
+        ge=1,
+        description="a micro-batch holds at most this many sequences; a step with more (many groups that disagree) "
+        "takes more micro-batches (memory only). With the SmolLM2 conductor a sequence held about 130 MB in a pass, "
+        "and one pass of a whole step reached the 24 GB of a CPU machine; None: grad_accumulation alone decides",
     )
     advantage_eps: float = pydantic.Field(1e-4, gt=0, description="added to a group's reward std")
     temperature: float = pydantic.Field(1.0, gt=0, description="conductor sampling temperature")

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -271,7 +272,7 @@ class GRPOTrainer:
 
     def update(self, batch: RolloutBatch, step: int) -> dict[str, float]:
         """``updates_per_batch`` optimizer steps on the clipped surrogate, each over ``grad_accumulation``
-        micro-batches.
+        micro-batches, or more where one would hold over ``max_sequences_per_pass`` sequences.
 
         With ``beta == 0`` a rollout whose advantage is 0 (every rollout of a group that scored alike) adds nothing
         to the gradient, so only the others are scored: the same update for less compute; with none, the weights
@@ -294,7 +295,8 @@ class GRPOTrainer:
         if config.beta > 0:
             with self._reference_weights():
                 ref = self.policy.sequence_logprobs(prompts, completions, temperature=config.temperature)
-        chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), config.grad_accumulation) if len(c)]
+        passes = max(config.grad_accumulation, math.ceil(len(sequences) / (config.max_sequences_per_pass or math.inf)))
+        chunks = [c.tolist() for c in np.array_split(np.arange(len(sequences)), passes) if len(c)]
         total = sum(len(r.samples) for r in rollouts)
         self.policy.train()
         try:
