@@ -20,6 +20,7 @@ from conductor.bench import ALL, shapes_table, workflow_shape, workflow_shapes
 from conductor.cli._common import add_trust_argument, console, evaluation_progress, fail, status
 from conductor.deploy import load_program
 from conductor.errors import ConductorError
+from conductor.modules import ReplayStore
 from conductor.optimizers import evaluate_program
 
 LABEL = "family"
@@ -66,6 +67,8 @@ def handle(args: argparse.Namespace) -> int:
         with status.status("Loading the data and the program…"):
             examples = getattr(config.splits(), args.split)
             program = load_program(args.program, trust_code=args.trust_code)
+            if config.program.replay_store is not None:  # the config's runs and this one on the same worker samples
+                program = program.replaying_on(ReplayStore(config.program.replay_store))
         status.print(f"Running {len(examples)} {args.split} questions…")
         with evaluation_progress():
             evaluation = evaluate(program, examples, config.metric, threads=args.threads, ray=args.ray or config.ray)

@@ -75,9 +75,7 @@ def _score_shard(
     folder = unpack_folder(files)
     program = load_program(folder, trust_code=True)
     if store is not None:
-        pool = WorkerPool.from_config(program.pool.spec, replay_store=store)
-        program.pool.close()
-        program = program.copy_with(pool=pool)
+        program = program.replaying_on(store)
     try:
         return evaluate_program(program, examples, metric, threads=threads).results
     finally:

@@ -295,6 +295,26 @@ def test_two_compiles_naming_one_replay_store_score_on_the_same_worker_samples(t
     assert scores[0] == scores[1]
 
 
+def test_eval_with_a_config_naming_a_replay_store_keeps_its_worker_samples_there(tmp_path: Path) -> None:
+    """A saved program names no store; `conductor eval --config` attaches the config's, so its scores pair with the
+    compile's (without it the store stays empty)."""
+    pool = {"workers": [{**worker, "replay": True} for worker in POOL["workers"]]}
+    config = write_config(
+        tmp_path, {"grammar": True, "max_steps": 1, "max_tokens": 64}, compile={"few_shot": 1, "candidates": 0}
+    )
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    assert main(["compile", str(config), "--no-test"]) == 0
+    named = yaml.safe_load(config.read_text())
+    named["program"]["replay_store"] = "replay.sqlite"
+    config.write_text(yaml.safe_dump(named))
+    store = ReplayStore(tmp_path / "replay.sqlite")
+    assert len(store) == 0
+    assert (
+        main(["eval", str(tmp_path / "run" / "best"), "--config", str(config), "--split", "val", "--trust-code"]) == 0
+    )
+    assert len(store) > 0
+
+
 def test_a_replay_store_needs_a_pool_file(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"pool": "default", "replay_store": "replay.sqlite"})
     with pytest.raises(ConfigError, match=r"program: .*replay_store needs a pool file"):

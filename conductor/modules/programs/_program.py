@@ -19,6 +19,7 @@ from conductor.errors import ConfigError
 from conductor.modules._answer import extract_answer
 from conductor.modules.pool import WorkerPool
 from conductor.modules.run import Budget, Executor, RunError, RunResult, Usage
+from conductor.modules.workers import ReplayStore
 from conductor.modules.workflow import Workflow
 from conductor.signatures import BUILTIN_ROLES, role_name, role_problems
 
@@ -110,6 +111,14 @@ class PoolProgram(dspy.Module):
         clone.executor.pool = clone.pool
         clone.executor.budget = self.executor.budget if budget is None else budget
         return clone
+
+    def replaying_on(self, store: ReplayStore) -> Self:
+        """A copy whose pool is rebuilt with its replay workers keeping their completions in ``store`` (a saved
+        program names no store, so runs that should share worker samples attach one when they load it). This
+        program's pool is closed."""
+        pool = WorkerPool.from_config(self.pool.spec, replay_store=store)
+        self.pool.close()
+        return self.copy_with(pool=pool)
 
     @contextlib.contextmanager
     def lms_set_aside(self) -> Iterator[None]:
