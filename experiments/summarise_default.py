@@ -1,8 +1,8 @@
 """Issue 26, item 4, summarised: is the 10-family conductor (``default_train.yaml``'s warm start, or GRPO on top of it:
-``default_grpo.yaml`` at lr 5e-4, ``default_grpo_gentle.yaml`` at 1e-4) a better shipped default than the router in ``conductor/trained/local-routing``? Each one's
-rows in four BBH-study benches, paired with the router's and the single workers' on the same questions, and each GRPO
-run's against the warm start's (the issue's goal for RL: +3 points, or a fifth fewer worker calls within a point), written
-to ``results/default/summary.json`` and ``summary.md``:
+``default_grpo.yaml`` at lr 5e-4, ``default_grpo_gentle.yaml`` at 1e-4) a better shipped default than the router in
+``conductor/trained/local-routing``? Each one's rows in four BBH-study benches, paired with the router's and the
+single workers' on the same questions, and each GRPO run's against the warm start's (the issue's goal for RL: +3
+points, or a fifth fewer worker calls within a point), written to ``results/default/summary.json`` and ``summary.md``:
 
 - the router's own test split, as far as it still loads: GSM8K and MMLU (``bbh_broad_default.yaml``) and the BIG-bench
   arithmetic in words recovered from earlier runs (``bbh_broad_default_everyday.yaml``);
@@ -80,8 +80,8 @@ def of_candidate(candidate: str, parts: dict[str, list[dict[str, Any]]]) -> dict
 
 
 def grpo_against_warm_start(parts: dict[str, list[dict[str, Any]]], grpo_run: str) -> dict[str, Any]:
-    """Per split, the program of ``grpo_run`` paired with the warm start's, and the worker calls each made a question: the goal is
-    a gain of 3 points whose interval excludes 0, or a fifth fewer calls with accuracy within a point."""
+    """Per split, the program of ``grpo_run`` paired with the warm start's, and the worker calls each made a question:
+    the goal is a gain of 3 points whose interval excludes 0, or a fifth fewer calls with accuracy within a point."""
     rows = {}
     for name, units in parts.items():
         warm, grpo = score(of(units, WARM_START), WARM_START), score(of(units, grpo_run), grpo_run)
