@@ -350,7 +350,10 @@ class ConductorCompiler(Teleprompter):
         folder = self.output_dir / BEST
         if folder.exists():
             logger.info("resuming: %d phase(s) already done (%s)", len(state["done"]), ", ".join(state["done"]))
-            return load_program(folder, trust_code=True)  # its own checkpoint of the user's program
+            best = load_program(folder, trust_code=True)  # its own checkpoint of the user's program
+            # a saved program names no replay store: the phases left score on the student's samples, as the done did
+            store = student.pool.replay_store
+            return best if store is None else best.replaying_on(store)
         # the state and reports are small enough to commit beside a run's results, its weights often are not (a fresh
         # clone has the one without the other): keep the scored start, and run every phase again from the student
         logger.warning(

@@ -20,8 +20,7 @@ from dspy.evaluate import EvaluationResult
 
 from conductor._ray import ONE_THREAD, connect, consecutive_shards, cpus, pack_folder, unpack_folder
 from conductor.deploy import load_program, save_program
-from conductor.errors import ConfigError
-from conductor.modules import Conductor, ReplayStore, ReplayWorker, WorkerPool
+from conductor.modules import Conductor, ReplayStore
 
 Triple = tuple[dspy.Example, dspy.Prediction, float]
 
@@ -42,25 +41,13 @@ def evaluate_program(
     with tempfile.TemporaryDirectory(prefix="conductor-eval-") as folder:
         files = cluster.put(pack_folder(save_program(program, Path(folder) / "program")))
     task = cluster.remote(_score_shard).options(**ONE_THREAD)
-    store = _replay_store(program.pool)
+    store = program.pool.replay_store
     shards = [
         task.remote(files, shard, metric, threads, store) for shard in consecutive_shards(examples, cpus(cluster))
     ]
     results = [triple for shard in cluster.get(shards) for triple in shard]
     total = sum(score for *_, score in results)
     return EvaluationResult(score=round(100 * total / len(results), 2) if results else 0.0, results=results)
-
-
-def _replay_store(pool: WorkerPool) -> ReplayStore | None:
-    """The store that ``pool``'s replay workers keep their completions in, if any."""
-    stores = {
-        worker.store.path: worker.store
-        for worker in pool
-        if isinstance(worker, ReplayWorker) and worker.store is not None
-    }
-    if len(stores) > 1:
-        raise ConfigError(f"the pool's replay workers keep their completions in {len(stores)} stores: use one")
-    return next(iter(stores.values()), None)
 
 
 def _score_shard(

@@ -295,6 +295,32 @@ def test_two_compiles_naming_one_replay_store_score_on_the_same_worker_samples(t
     assert scores[0] == scores[1]
 
 
+def test_a_resumed_compile_scores_its_phases_left_on_the_configs_replay_store(tmp_path: Path) -> None:
+    """The resumed program is loaded from `best/`, which names no store: the compile attaches the config's, so a
+    phase run after the resume calls its workers through it (without that, it sampled its own and the store stayed
+    empty)."""
+    pool = {"workers": [{**worker, "replay": True} for worker in POOL["workers"]]}
+    program = {"grammar": True, "max_steps": 1, "max_tokens": 64}
+    config = write_config(tmp_path, program, compile={"few_shot": 1, "candidates": 0})
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    assert main(["compile", str(config), "--no-test"]) == 0
+    state_path = tmp_path / "run" / "compiler_state.json"
+    state = json.loads(state_path.read_text())
+    assert state["done"] == ["prompt-1"]
+    # as if the run had stopped after its start: the prompt phase is left to run, on the store named now
+    start = state["validation_scores"]["start"]
+    state.update(done=[], records=state["records"][:1], validation_scores={"start": start})
+    state_path.write_text(json.dumps(state))
+    named = yaml.safe_load(config.read_text())
+    named["program"]["replay_store"] = "replay.sqlite"
+    config.write_text(yaml.safe_dump(named))
+    store = ReplayStore(tmp_path / "replay.sqlite")
+
+    assert main(["compile", str(config), "--no-test"]) == 0
+    assert json.loads(state_path.read_text())["done"] == ["prompt-1"]
+    assert len(store) > 0
+
+
 def test_eval_with_a_config_naming_a_replay_store_keeps_its_worker_samples_there(tmp_path: Path) -> None:
     """A saved program names no store; `conductor eval --config` attaches the config's, so its scores pair with the
     compile's (without it the store stays empty)."""

@@ -147,3 +147,13 @@ def test_a_pool_file_builds_its_replay_workers_on_the_store(tmp_path) -> None:
     assert pool[0].store is store
     pool[0].complete(_user("2+3"), max_tokens=10, temperature=0.0)
     assert len(store) == 1
+
+
+def test_a_pool_names_the_one_store_its_replay_workers_keep_completions_in(tmp_path) -> None:
+    one, other = ReplayStore(tmp_path / "one.sqlite"), ReplayStore(tmp_path / "other.sqlite")
+    plain = ScriptedWorker("plain", ["a"])
+    assert WorkerPool([plain, ReplayWorker(ScriptedWorker("m", ["b"]))]).replay_store is None  # kept in memory
+    assert WorkerPool([plain, ReplayWorker(ScriptedWorker("m", ["b"]), one)]).replay_store is one
+    mixed = WorkerPool([ReplayWorker(ScriptedWorker("m", ["b"]), one), ReplayWorker(ScriptedWorker("n", ["c"]), other)])
+    with pytest.raises(ConfigError, match="in 2 stores: use one"):
+        _ = mixed.replay_store

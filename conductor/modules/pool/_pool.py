@@ -255,6 +255,15 @@ class WorkerPool(Sequence[Worker]):
             fallbacks=self.fallbacks,
         )
 
+    @property
+    def replay_store(self) -> ReplayStore | None:
+        """The store its replay workers keep their completions in, if any. Raises ``ConfigError`` if they keep them
+        in more than one."""
+        stores = {w.store.path: w.store for w in self._workers if isinstance(w, ReplayWorker) and w.store is not None}
+        if len(stores) > 1:
+            raise ConfigError(f"the pool's replay workers keep their completions in {len(stores)} stores: use one")
+        return next(iter(stores.values()), None)
+
     def framed(self, framings: Mapping[str, str]) -> WorkerPool:
         """This pool with the framing (``Worker.framing``) of the workers ``framings`` names set as it says. A worker
         whose framing changes is a copy that shares the original's model, limits and replayed answers; the others are
