@@ -69,6 +69,16 @@ def test_vote_sees_only_the_steps_its_access_list_allows() -> None:
     assert "nothing to vote on" in str(alone.error)
 
 
+def test_a_voted_list_of_options_stays_a_list_and_picks_none() -> None:
+    """Gemma echoes a yes/no question's options; voted on, the list came back as "Answer: - Yes" on its first line,
+    which the program's answer and the metric read as a pick of Yes."""
+    task = "Do you return to the starting point?\nOptions:\n- Yes\n- No"
+    echo = "- Yes\n- No\n\nYour subtask:\nAnswer.\n\nAnswer:\n- Yes\n- No"
+    prediction = _run(VoteWorker(), task, [echo])
+    assert choice_index(prediction.answer, ["Yes", "No"]) is None
+    assert _run(VoteWorker(), task, [echo, "Answer: No", "No."]).answer == "No"  # a real majority still wins
+
+
 def test_vote_refuses_when_no_step_answers() -> None:
     prediction = _run(VoteWorker(), MULTIPLE_CHOICE, ["no idea", "hmm"])
     assert "gives an answer to vote on" in str(prediction.error)

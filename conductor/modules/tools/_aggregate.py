@@ -139,7 +139,9 @@ def vote(prompt: str) -> str:
         return f"Answer: {_label(winner)}"  # type: ignore[arg-type]
     if isinstance(winner, int | float):
         return f"Answer: {winner}"
-    return f"Answer: {extract_answer(next(r for k, r in voters if k == winner))}"
+    answer = extract_answer(next(r for k, r in voters if k == winner))
+    # a list (an echo of the options) starts below its marker, where readers keep it whole and take no item as the pick
+    return f"Answer:\n{answer}" if "\n" in answer else f"Answer: {answer}"
 
 
 # ---- check ---------------------------------------------------------------------------------------------------------
