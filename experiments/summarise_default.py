@@ -52,12 +52,13 @@ def best_single(units: list[dict[str, Any]]) -> str:
     return best_of(units, [name for name in SINGLES if of(units, name)])
 
 
-def unseen_split(units: list[dict[str, Any]], candidate: str) -> dict[str, Any]:
-    """``candidate`` on an unseen family beside its best single worker (what the rule compares with, named in
-    ``"best_single"``) and, where benched there, the router."""
+def unseen_split(units: list[dict[str, Any]], candidate: str, trained_best: str) -> dict[str, Any]:
+    """``candidate`` on an unseen family beside its best single worker there (what the rule compares with, named in
+    ``"best_single"``), the single worker best on the trained families (the rule's other reading) and, where benched
+    there, the router."""
     best = best_single(units)
-    part = split(units, candidate, [best, *([ROUTER] if of(units, ROUTER) else [])])
-    return {**part, "best_single": best}
+    against = [name for name in dict.fromkeys([best, trained_best, ROUTER]) if of(units, name)]
+    return {**split(units, candidate, against), "best_single": best}
 
 
 def rule(summary: dict[str, Any]) -> dict[str, bool]:
@@ -86,13 +87,17 @@ def of_candidate(candidate: str, parts: dict[str, list[dict[str, Any]]]) -> dict
         for name, units in parts.items()
         if name.startswith("unseen: ") and of(units, candidate)
     }
+    pooled = [unit for units in unseen.values() for unit in units]
+    trained_best = best_single(parts["8 BBH families"])
     summary: dict[str, Any] = {
         "router_split": split(parts["gsm8k + mmlu"] + parts["arithmetic"], candidate, [ROUTER]),
         "router_split_by_dataset": {
             name: split(parts[name], candidate, [ROUTER]) for name in ("gsm8k + mmlu", "arithmetic")
         },
-        "families": split(parts["8 BBH families"], candidate, [ROUTER, best_single(parts["8 BBH families"])]),
-        "unseen_families": {family: unseen_split(units, candidate) for family, units in unseen.items()},
+        "families": split(parts["8 BBH families"], candidate, [ROUTER, trained_best]),
+        "unseen_families": {family: unseen_split(units, candidate, trained_best) for family, units in unseen.items()},
+        # every unseen question it was benched on, against the router and every single worker
+        "unseen_pooled": split(pooled, candidate, [name for name in (ROUTER, *SINGLES) if of(pooled, name)]),
         "own_questions": split(parts["own questions"], candidate, [ROUTER]),
     }
     summary["rule"] = rule(summary)
@@ -124,6 +129,7 @@ def table(summary: dict[str, Any], candidate: str) -> list[str]:
         *summary["router_split_by_dataset"].items(),
         ("8 BBH families", summary["families"]),
         *((f"unseen: {family}", part) for family, part in summary["unseen_families"].items()),
+        ("unseen, pooled", summary["unseen_pooled"]),
         ("own questions", summary["own_questions"]),
     ]
     for name, part in sections:
