@@ -20,6 +20,9 @@ from conductor.modules.tools._aggregate import (
 from conductor.testing import ScriptedWorker
 
 MULTIPLE_CHOICE = "Which colour is the sky on a clear day?\n\nA. green\nB. blue\nC. red"
+VALID_OR_INVALID = (
+    "All cats are animals. Tom is a cat. So Tom is an animal.\nValid or invalid?\nOptions:\n- valid \n- invalid"
+)
 STUB = '''def add(a: int, b: int) -> int:
     """Add two numbers.
     >>> add(2, 3)
@@ -95,9 +98,20 @@ def test_a_response_that_echoes_a_step_header_stays_one_response() -> None:
 
 
 def test_options_are_the_last_lettered_run() -> None:
-    assert options(MULTIPLE_CHOICE) == ["green", "blue", "red"]
-    assert options("Pick one:\n(A) yes\n(B) no") == ["yes", "no"]
-    assert options("A. only one option") == []
+    assert options(MULTIPLE_CHOICE).texts == ("green", "blue", "red")
+    assert options(MULTIPLE_CHOICE).names == ("A", "B", "C")
+    assert options("Pick one:\n(A) yes\n(B) no").texts == ("yes", "no")
+    assert options("A. only one option").texts == ()
+
+
+def test_unlettered_options_are_the_bulleted_list_under_an_options_line() -> None:
+    """BIG-Bench-Hard lists yes/no and valid/invalid questions' options so ("- valid " with its trailing space); the
+    tools name such an option by its text, since it has no letter."""
+    assert options(VALID_OR_INVALID).texts == ("valid", "invalid")
+    assert options(VALID_OR_INVALID).names == ("valid", "invalid")
+    assert options("Facts:\n- ice is cold\n- fire is hot\nIs ice cold?").texts == ()  # a list, but not of options
+    assert options("Options:\n- only one").texts == ()
+    assert options(f"{VALID_OR_INVALID}\n(A) yes\n(B) no").names == ("A", "B")  # letters, where a task has both
 
 
 def test_an_echoed_option_list_names_no_option() -> None:
@@ -108,6 +122,16 @@ def test_an_echoed_option_list_names_no_option() -> None:
 def test_check_picks_the_option_the_latest_candidate_names() -> None:
     assert _run(CheckWorker(), MULTIPLE_CHOICE, ["Answer: A", "Answer: B"]).response == "Answer: B"
     assert _run(CheckWorker(), MULTIPLE_CHOICE, ["Answer: A", "not sure"]).response == "Answer: A"
+
+
+def test_check_and_vote_answer_an_unlettered_option_by_its_text() -> None:
+    """Before, ``check`` saw no options in such a task and looked for arithmetic to recompute: it failed on every
+    formal_fallacies question."""
+    checked = _run(CheckWorker(), VALID_OR_INVALID, ["The argument is deductively valid."])
+    assert checked.response == "Answer: valid"
+    assert choice_index(checked.answer, ["invalid", "valid"]) == 1  # as the benchmark's metric reads it
+    voted = _run(VoteWorker(), VALID_OR_INVALID, ["Answer: invalid", "It is valid.", "so: invalid"])
+    assert voted.response == "Answer: invalid"
 
 
 def test_check_maps_free_text_to_the_closest_option() -> None:

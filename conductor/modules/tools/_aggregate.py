@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conductor.errors import CodeTimeout, ToolInputError
-from conductor.modules._answer import choice_index, extract_answer, normalise
+from conductor.modules._answer import choice_index, extract_answer, normalise, option_labels
 from conductor.modules._syntax import parse_python
 from conductor.modules.tools._calculator import calculate, extract_expression
 from conductor.modules.tools._sandbox import Isolation, extract_code, run_python
@@ -34,6 +34,9 @@ _CONTEXT = f"\n\n{INPUT_TITLES['context']}:\n"
 _SUBTASK = f"\n\n{INPUT_TITLES['subtask']}:\n"
 _STEP = re.compile(r"(?:^|\n\n)Step (\d+) \(Model (\d+)\) subtask: ")
 _OPTION = re.compile(r"^[ \t]*\(?([A-Z])[.)][ \t]+(\S.*?)[ \t]*$", re.M)
+# an unlettered list under its own header, as BIG-Bench-Hard writes yes/no and valid/invalid questions
+_BULLETED = re.compile(r"^[ \t]*(?:options|choices):[ \t]*\n((?:[ \t]*[-*•][ \t]+\S[^\n]*(?:\n|$))+)", re.M | re.I)
+_BULLET = re.compile(r"^[ \t]*[-*•][ \t]+")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -76,9 +79,19 @@ def _responses(context: str) -> tuple[str, ...]:
 
 
 # ---- answers -------------------------------------------------------------------------------------------------------
-def options(task: str) -> list[str]:
-    """The lettered options listed in ``task`` ("A. text" lines, or "(A) text"): the last run that starts at A and
-    goes on without a gap; empty when there are fewer than two."""
+@dataclass(frozen=True)
+class Choices:
+    """A task's options: their texts, and the name a tool answers with for each (its letter, or its text where the
+    task lists them without letters)."""
+
+    texts: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+
+def options(task: str) -> Choices:
+    """The options listed in ``task``: the last run of lettered lines ("A. text" or "(A) text") that starts at A and
+    goes on without a gap; else the last bulleted list ("- text" lines) right under an "Options:" line; none when
+    there are fewer than two."""
     runs: list[list[str]] = []
     for match in _OPTION.finditer(task):
         label, text = match[1], match[2]
@@ -86,7 +99,15 @@ def options(task: str) -> list[str]:
             runs.append([text])
         elif runs and ord(label) - ord("A") == len(runs[-1]):
             runs[-1].append(text)
-    return next((run for run in reversed(runs) if len(run) >= 2), [])
+    lettered = next((run for run in reversed(runs) if len(run) >= 2), [])
+    if lettered:
+        return Choices(tuple(lettered), tuple(option_labels(len(lettered))))
+    lists = [
+        [_BULLET.sub("", line).strip() for line in block.splitlines() if line.strip()]
+        for block in _BULLETED.findall(task)
+    ]
+    bulleted = next((items for items in reversed(lists) if len(items) >= 2), [])
+    return Choices(tuple(bulleted), tuple(bulleted))
 
 
 def closest_option(response: str, choices: Sequence[str]) -> int | None:
@@ -116,27 +137,23 @@ def answer_key(response: str, choices: Sequence[str]) -> Hashable | None:
     return normalise(extract_answer(response)) or None
 
 
-def _label(index: int) -> str:
-    return chr(ord("A") + index)
-
-
 # ---- vote ----------------------------------------------------------------------------------------------------------
 def vote(prompt: str) -> str:
-    """The majority answer of the earlier steps shown (ties go to the earliest), as "Answer: X": an option's letter
-    when the task lists options, a number, or the earliest wording of the winning text. Steps that give no answer
-    don't vote; ``ToolInputError`` when none is left."""
+    """The majority answer of the earlier steps shown (ties go to the earliest), as "Answer: X": an option's name
+    (its letter, or its text when unlettered) when the task lists options, a number, or the earliest wording of the
+    winning text. Steps that give no answer don't vote; ``ToolInputError`` when none is left."""
     parsed = parse_prompt(prompt)
     if not parsed.responses:
         raise ToolInputError("nothing to vote on: give this step access to the earlier steps' answers")
     choices = options(parsed.task)
-    keys = [answer_key(response, choices) for response in parsed.responses]
+    keys = [answer_key(response, choices.texts) for response in parsed.responses]
     voters = [(key, response) for key, response in zip(keys, parsed.responses, strict=True) if key is not None]
     if not voters:
         raise ToolInputError(f"none of the {len(keys)} earlier responses gives an answer to vote on")
     counts = Counter(key for key, _ in voters)
     winner = max(counts, key=counts.__getitem__)  # max keeps the first of equal counts, and keys count in step order
-    if choices:
-        return f"Answer: {_label(winner)}"  # type: ignore[arg-type]
+    if choices.texts:
+        return f"Answer: {choices.names[winner]}"  # type: ignore[index]
     if isinstance(winner, int | float):
         return f"Answer: {winner}"
     answer = extract_answer(next(r for k, r in voters if k == winner))
@@ -225,8 +242,9 @@ def _score(program: str, tests: list[tuple[str, str]], isolation: Isolation, tim
 class Checker:
     """``check``: verifies the candidate answers of the earlier steps shown, by the kind of task.
 
-    - Multiple choice (the task lists lettered options): the latest candidate that names an option wins, "Answer: X";
-      when none names one, the option whose words the latest candidate shares most of.
+    - Multiple choice (the task lists options, lettered or under "Options:"): the latest candidate that names an
+      option wins, "Answer: X" (its letter, or its text when unlettered); when none names one, the option whose words
+      the latest candidate shares most of.
     - Code (the task is a function stub): each candidate's program runs against the examples in the docstring in the
       sandbox; the one that passes most (the earliest on a tie, a program that loads before one that doesn't) is the
       answer, as a fenced block.
@@ -242,7 +260,7 @@ class Checker:
         if not parsed.responses:
             raise ToolInputError("nothing to check: give this step access to an earlier step's answer")
         choices = options(parsed.task)
-        if choices:
+        if choices.texts:
             return self.option(parsed.responses, choices)
         functions = _DEF.findall(parsed.task)
         if functions:
@@ -250,13 +268,13 @@ class Checker:
         return self.recompute(parsed.responses)
 
     @staticmethod
-    def option(responses: Sequence[str], choices: Sequence[str]) -> str:
-        picked = next((i for r in reversed(responses) if (i := choice_index(r, choices)) is not None), None)
+    def option(responses: Sequence[str], choices: Choices) -> str:
+        picked = next((i for r in reversed(responses) if (i := choice_index(r, choices.texts)) is not None), None)
         if picked is None:
-            picked = closest_option(responses[-1], choices)
+            picked = closest_option(responses[-1], choices.texts)
         if picked is None:
             raise ToolInputError("no candidate names one of the options")
-        return f"Answer: {_label(picked)}"
+        return f"Answer: {choices.names[picked]}"
 
     def program(self, task: str, responses: Sequence[str], name: str) -> str:
         tests = function_tests(task, name)
