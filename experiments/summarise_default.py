@@ -160,16 +160,21 @@ def grpo_table(rows: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main() -> None:
+def benched_parts() -> dict[str, list[dict[str, Any]]]:
+    """The five benches' records, by the split the rule reads them in."""
     default, everyday = records("bbh_broad_default.yaml"), records("bbh_broad_default_everyday.yaml")
     unseen = records("bbh_broad_unseen.yaml") + records("default_unseen.yaml")
-    parts = {
+    return {
         "gsm8k + mmlu": default,
         "arithmetic": [r for r in everyday if r["dataset"] == "bigbench arithmetic (recovered)"],
         "8 BBH families": records("bbh_broad_baselines.yaml"),
         **{f"unseen: {f}": [r for r in unseen if r["dataset"] == f] for f in sorted({r["dataset"] for r in unseen})},
         "own questions": [r for r in everyday if r["dataset"] == "own questions"],
     }
+
+
+def main() -> None:
+    parts = benched_parts()
     benched = [c for c in CANDIDATES if all(of(u, c) for name, u in parts.items() if not name.startswith("unseen: "))]
     summary: dict[str, Any] = {candidate: of_candidate(candidate, parts) for candidate in benched}
     lines = []
