@@ -5,7 +5,8 @@ set after every phase and keeping the best.
 Read it as a recipe: ``compile`` = evaluate the student, then for each phase: run it from the best program so far,
 evaluate, keep the result only if it scores higher, checkpoint. Checkpoints are deployable folders
 (``conductor.save``) plus ``compiler_state.json``; a run that stops is resumed by calling ``compile`` again with
-the same ``output_dir``: finished phases are not run again.
+the same ``output_dir``: finished phases are not run again, and a warm start or GRPO phase goes on from its last
+checkpoint (``warm_start/<phase>/checkpoints/``, ``grpo-<round>/checkpoints/``).
 
 Every phase's program is saved too, kept or not (``phases/<n>-<phase>/``), with each validation question's score, so
 that each phase is compared with the program it started from question by question (``paired.md``), on validation
@@ -265,8 +266,10 @@ class ConductorCompiler(Teleprompter):
         )
 
     def _warm_start(self, phase: str, program: Conductor, examples: list, config: WarmStartConfig) -> WarmStartReport:
-        """Fine-tunes ``program``'s conductor on ``examples`` and keeps the curve (``_keep_curve``)."""
-        report = warm_start(trainable_policy(program.orchestrate.lm), program, examples, config)
+        """Fine-tunes ``program``'s conductor on ``examples``, checkpointing into ``warm_start/<phase>/`` so that a
+        compile killed during it goes on from there, and keeps the curve (``_keep_curve``)."""
+        policy = trainable_policy(program.orchestrate.lm)
+        report = warm_start(policy, program, examples, config, checkpoint_dir=self.output_dir / "warm_start" / phase)
         self._keep_curve(phase, report)
         return report
 

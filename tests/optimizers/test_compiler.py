@@ -180,6 +180,7 @@ def test_a_weight_phase_that_does_not_help_leaves_the_best_program_s_weights_as_
     from conductor.deploy import load_program
     from conductor.local import trainable_policy
     from conductor.optimizers import TemplateWarmStartConfig, templated_workflows, warm_start
+    from conductor.optimizers._checkpoint import checkpoints
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -198,6 +199,8 @@ def test_a_weight_phase_that_does_not_help_leaves_the_best_program_s_weights_as_
     )
     rows = json.loads((tmp_path / "phases.json").read_text())
     assert [(r["phase"], r["kept"]) for r in rows] == [("start", True), ("template-warm-start", False)]
+    # the warm start's last checkpoint, which a compile killed before the phase was recorded goes on from
+    assert [p.name for p in checkpoints(tmp_path / "warm_start" / "template-warm-start")] == ["step-00000002"]
     unchanged = [
         trainable_policy(compiled.orchestrate.lm),
         trainable_policy(load_program(tmp_path / "best", trust_code=True).orchestrate.lm),

@@ -15,10 +15,13 @@ from conductor.conductor_lm import ConductorLM, Sample  # noqa: E402
 from conductor.errors import ConductorError, ConfigError  # noqa: E402
 from conductor.modules import Conductor, RunError, Step, StepTrace, WorkerPool, Workflow  # noqa: E402
 from conductor.modules.workflow import workflow_fields  # noqa: E402
+from conductor.optimizers._checkpoint import checkpoints  # noqa: E402
+from conductor.optimizers._optim import optimizer_step  # noqa: E402
 from conductor.optimizers.finetune import (  # noqa: E402
     TemplateStep,
     TemplateWarmStartConfig,
     WarmStartConfig,
+    _finetune,
     completion_nll,
     from_predictions,
     synthetic_workflows,
@@ -138,6 +141,85 @@ def test_gradient_accumulation_saves_memory_without_changing_the_update() -> Non
         return warm_start(tiny(), program(), examples, config).losses
 
     assert run(2) == pytest.approx(run(1), abs=1e-5)
+
+
+RESUMABLE = WarmStartConfig(steps=6, batch_size=2, lr=1e-2, seed=3, checkpoint_every=2)
+QUESTIONS = ["1+1?", "2+5?", "Who wrote Hamlet?", "7*6?", "Capital of Peru?"]
+
+
+class Killed(Exception):
+    """A process killed mid-run (an exception here, so that a failing test does not stop the whole session)."""
+
+
+def updates(monkeypatch: pytest.MonkeyPatch, die_at: int | None = None) -> list[int]:
+    """The warm start's optimizer updates from now on, counted from 1; it dies as it is about to make the
+    ``die_at``-th, as a ``kill -9`` would leave it."""
+    made: list[int] = []
+
+    def update(*args) -> None:
+        if len(made) + 1 == die_at:
+            raise Killed
+        optimizer_step(*args)
+        made.append(len(made) + 1)
+
+    monkeypatch.setattr(_finetune, "optimizer_step", update)
+    return made
+
+
+def test_a_killed_warm_start_goes_on_from_its_checkpoint_to_the_weights_of_an_unbroken_run(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    examples = synthetic_workflows(2, QUESTIONS, seed=0)
+    unbroken = tiny()
+    straight = warm_start(unbroken, program(), examples, RESUMABLE)
+
+    with monkeypatch.context() as patch:
+        updates(patch, die_at=5)
+        with pytest.raises(Killed):
+            warm_start(tiny(), program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-00000004"]  # step 5 was lost
+
+    resumed = tiny()  # a fresh process's policy: the checkpoint brings the trained weights back
+    made = updates(monkeypatch)
+    report = warm_start(resumed, program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    assert len(made) == 2  # steps 5 and 6
+    assert report.losses == straight.losses and report.learning_rates == straight.learning_rates
+    assert (report.trained_examples, report.completion_tokens) == (
+        straight.trained_examples,
+        straight.completion_tokens,
+    )
+    assert all(torch.equal(a, b) for a, b in zip(unbroken.trainable_state(), resumed.trainable_state(), strict=True))
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-00000006"]  # the last step's, for a compile killed later
+
+
+def test_a_finished_warm_start_found_again_restores_its_weights_without_training(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    examples = synthetic_workflows(2, QUESTIONS, seed=0)
+    trained = tiny()
+    first = warm_start(trained, program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    updates(monkeypatch, die_at=1)  # any update would fail
+    again = tiny()
+    report = warm_start(again, program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    assert report.losses == first.losses and report.seconds == first.seconds
+    assert all(torch.equal(a, b) for a, b in zip(trained.trainable_state(), again.trainable_state(), strict=True))
+
+
+def test_a_checkpoint_of_another_config_or_other_examples_is_refused_before_anything_is_loaded(tmp_path) -> None:
+    examples = synthetic_workflows(2, QUESTIONS, seed=0)
+    warm_start(tiny(), program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    policy = tiny()
+    before = policy.trainable_state()
+    with pytest.raises(ConductorError, match=rf"other warm_start: delete {tmp_path / 'checkpoints'}"):
+        warm_start(policy, program(), examples, RESUMABLE.model_copy(update={"lr": 2e-2}), checkpoint_dir=tmp_path)
+    with pytest.raises(ConductorError, match="other examples"):
+        warm_start(policy, program(), examples[:-1], RESUMABLE, checkpoint_dir=tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_state(), strict=True))
+    assert not policy.model.training
+    # how often it checkpoints is not part of the run: changing it goes on from the same checkpoint
+    warm_start(
+        policy, program(), examples, RESUMABLE.model_copy(update={"checkpoint_every": 3}), checkpoint_dir=tmp_path
+    )
 
 
 def test_schedule_warms_up_then_decays() -> None:

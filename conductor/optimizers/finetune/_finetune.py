@@ -9,17 +9,24 @@ and the workflow as the program writes it (``Conductor.workflow_text``) followed
 mean cross-entropy of the completion tokens only: teacher-forced log-probs from ``ConductorLM.sequence_logprobs``, so
 the prompt is context and never a target.
 
+Given a folder, a warm start writes a checkpoint every ``checkpoint_every`` steps and after its last (the shared
+``optimizers/_checkpoint.py``), and a warm start of the same config on the same examples resumes from the newest one
+there, to the same weights an uninterrupted run ends with: a run killed an hour in loses at most the steps since.
+
 Importing this module needs no torch (making and checking examples don't); training does, through the policy.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -59,6 +66,9 @@ class WarmStartConfig(pydantic.BaseModel):
     max_grad_norm: float | None = pydantic.Field(1.0, gt=0, description="gradient clipping; None turns it off")
     max_length: int = pydantic.Field(1024, ge=2, description="most prompt + completion tokens of one example")
     seed: int = pydantic.Field(0, description="the seed of the batches' order (and of LoRA dropout)")
+    checkpoint_every: int = pydantic.Field(
+        50, ge=1, description="optimizer steps between checkpoints, when the warm start is given a folder for them"
+    )
 
 
 @dataclass(frozen=True)
@@ -177,11 +187,17 @@ def warm_start(
     program: Conductor,
     examples: Sequence[TrainingExample],
     config: WarmStartConfig | None = None,
+    *,
+    checkpoint_dir: Path | None = None,
 ) -> WarmStartReport:
     """Fine-tune ``policy``'s trainable weights (its LoRA adapters) to write each example's workflow for the prompt
     ``program`` sends for its question (or the example's own pool): AdamW, cosine schedule with linear warmup, padded
-    batches, the same result for the same seed. Don't sample from the policy in another thread meanwhile."""
+    batches, the same result for the same seed. With ``checkpoint_dir``, checkpoints go to its ``checkpoints/`` and
+    a run finds its own there and goes on from the newest; one of another config or other examples is a
+    ``ConductorError``. Don't sample from the policy in another thread meanwhile."""
     import torch
+
+    from conductor.optimizers._checkpoint import checkpoints, read_checkpoint, write_checkpoint
 
     config = config or WarmStartConfig()
     pairs = training_pairs(policy, program, examples, config.max_length)
@@ -192,18 +208,24 @@ def warm_start(
     optimizer, schedule = adamw_with_warmup(
         params, lr=config.lr, weight_decay=config.weight_decay, steps=steps, warmup_ratio=config.warmup_ratio
     )
-    losses: list[float] = []
-    learning_rates: list[float] = []
-    trained_tokens = trained_examples = 0
+    fingerprint = _fingerprint(config, pairs)
+    history: list[dict[str, float]] = []  # each step's loss, learning rate, tokens, examples and seconds so far
     was_training = policy.model.training
     devices = [policy.device] if policy.device.type == "cuda" else []
     started = time.perf_counter()
-    logger.info("warm start: %d examples, %d steps of %d", len(pairs), steps, config.batch_size)
     policy.train()
     try:
         with torch.random.fork_rng(devices=devices):  # LoRA dropout, if any, draws from a seeded generator
             torch.manual_seed(config.seed)
-            for step, indices in enumerate(_step_batches(len(pairs), config.batch_size, steps, config.seed)):
+            found = checkpoints(checkpoint_dir) if checkpoint_dir is not None else []
+            if found:  # inside the fork: the checkpoint's torch RNG state is the run's, not the caller's
+                history = read_checkpoint(found[-1], policy, optimizer, schedule, require=fingerprint).metrics
+            done, resumed = (history[-1]["seconds"] if history else 0.0), len(history)
+            logger.info(
+                "warm start: %d examples, %d steps of %d, from step %d", len(pairs), steps, config.batch_size, resumed
+            )
+            batches = _step_batches(len(pairs), config.batch_size, steps, config.seed)
+            for step, indices in enumerate(batches[resumed:], start=resumed):
                 chosen = [pairs[i] for i in indices]
                 tokens = sum(len(c) for _, c in chosen)
                 total = 0.0
@@ -212,16 +234,32 @@ def warm_start(
                     nll = completion_nll(policy, chosen[start : start + micro], grad=True)
                     (nll / tokens).backward()  # token-weighted mean over the whole step, however it is split
                     total += nll.item()
-                learning_rates.append(schedule.get_last_lr()[0])
+                lr = schedule.get_last_lr()[0]
                 optimizer_step(optimizer, schedule, params, config.max_grad_norm)
-                losses.append(total / tokens)
-                trained_tokens += tokens
-                trained_examples += len(chosen)
-                logger.info(
-                    "warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, losses[-1], learning_rates[-1]
+                seconds = done + time.perf_counter() - started
+                history.append(
+                    {"loss": total / tokens, "lr": lr, "tokens": tokens, "examples": len(chosen), "seconds": seconds}
                 )
+                logger.info("warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, total / tokens, lr)
+                if checkpoint_dir is not None and (step + 1 == steps or (step + 1) % config.checkpoint_every == 0):
+                    write_checkpoint(checkpoint_dir, step + 1, policy, optimizer, schedule, history, fingerprint, 1)
     finally:
         policy.train(was_training)
-    seconds = time.perf_counter() - started
-    logger.info("warm start done in %.1f s: loss %.4f -> %.4f", seconds, losses[0], losses[-1])
-    return WarmStartReport(tuple(losses), tuple(learning_rates), seconds, len(pairs), trained_tokens, trained_examples)
+    losses = tuple(h["loss"] for h in history)
+    logger.info("warm start done in %.1f s: loss %.4f -> %.4f", history[-1]["seconds"], losses[0], losses[-1])
+    return WarmStartReport(
+        losses,
+        tuple(h["lr"] for h in history),
+        history[-1]["seconds"],
+        len(pairs),
+        int(sum(h["tokens"] for h in history)),
+        int(sum(h["examples"] for h in history)),
+    )
+
+
+def _fingerprint(config: WarmStartConfig, pairs: Sequence[TokenPair]) -> dict[str, Any]:
+    """What a checkpoint must share with a run to go on with it: the config (how often it checkpoints aside) and the
+    very token pairs, as JSON reads them back."""
+    settings = config.model_dump(exclude={"checkpoint_every"})
+    examples = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+    return json.loads(json.dumps({"warm_start": settings, "examples": examples}))

@@ -3,9 +3,9 @@
 Needs torch, transformers and peft (``pip install 'dspy-conductor[train]'``) through ``conductor.conductor_lm``.
 """
 
+from conductor.optimizers._checkpoint import Checkpoint, checkpoints
 from conductor.optimizers._rollouts import ProcessorFactory
 from conductor.optimizers.grpo._actors import RolloutSetup
-from conductor.optimizers.grpo._checkpoint import Checkpoint, checkpoints
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import LossOutput, group_advantages, grpo_loss
 from conductor.optimizers.grpo._metrics import StepMetrics

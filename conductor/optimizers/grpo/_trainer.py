@@ -5,7 +5,8 @@ every one over the pool (``_rollouts.py``, through the optimizers' rollout loop)
 (``score``), normalises them within each example's group and takes ``updates_per_batch`` clipped-surrogate steps on
 them (``_loss.py``). A group whose rewards all agree teaches nothing, so with ``resample_agreeing`` the step first
 replaces such groups by groups of the next examples (DAPO's dynamic sampling, ``collect``). Checkpoints
-(``_checkpoint.py``) and metrics (``_metrics.py``) make a long run resumable and observable.
+(``optimizers/_checkpoint.py``, shared with the warm start) and metrics (``_metrics.py``) make a long run resumable
+and observable.
 
 Why not TRL's ``GRPOTrainer`` (the design's first choice; TRL 1.16 and transformers 5.24 as installed):
 
@@ -52,11 +53,11 @@ import torch
 from conductor.conductor_lm import ConductorLM, Sample
 from conductor.errors import ConductorError, ConfigError
 from conductor.modules import Conductor
+from conductor.optimizers._checkpoint import checkpoints, no_save_bars, read_checkpoint, write_checkpoint
 from conductor.optimizers._optim import adamw_with_warmup, optimizer_step
 from conductor.optimizers._rewards import Metric
 from conductor.optimizers._rollouts import ProcessorFactory
 from conductor.optimizers.grpo._actors import RayRollouts, RolloutSetup
-from conductor.optimizers.grpo._checkpoint import checkpoints, no_save_bars, read_checkpoint, write_checkpoint
 from conductor.optimizers.grpo._config import GRPOConfig, load_config
 from conductor.optimizers.grpo._loss import group_advantages, grpo_loss, pad
 from conductor.optimizers.grpo._metrics import MetricsLog, StepMetrics

@@ -1,8 +1,10 @@
-"""Checkpoints of a GRPO run: everything needed to continue it exactly where it stopped, written atomically.
+"""Checkpoints of a training run (GRPO, the warm start): everything needed to continue it exactly where it stopped,
+written atomically.
 
 Layout, one folder per checkpoint (``output_dir/checkpoints/step-00000012``)::
 
-    checkpoint.json    format version, step, the run's config fingerprint, the SHA-256 of trainer.pt
+    checkpoint.json    format version, step, the run's fingerprint (its config, and whatever else must match to
+                       continue it), the SHA-256 of trainer.pt
     trainer.pt         trainable weights by name, optimizer and scheduler state, RNG states (python, numpy, torch),
                        the per-step metrics so far
     policy/            ``ConductorLM.save``: the adapter, loadable on its own with ``ConductorLM.load``
@@ -22,7 +24,7 @@ import logging
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,8 +151,11 @@ def read_checkpoint(
     policy: ConductorLM,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
+    *,
+    require: Mapping[str, Any] | None = None,
 ) -> Checkpoint:
-    """Restore weights, optimizer, scheduler and RNG states from ``folder``; ``ConductorError`` if it is damaged."""
+    """Restore weights, optimizer, scheduler and RNG states from ``folder``; ``ConductorError`` if it is damaged, or
+    if its fingerprint differs from ``require`` on any of its keys (then before anything is restored)."""
 
     def corrupt(why: str) -> ConductorError:
         return ConductorError(
@@ -164,6 +169,13 @@ def read_checkpoint(
         raise corrupt(f"{MANIFEST} can't be read ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
         raise corrupt(f"{MANIFEST} is not a format_version {FORMAT_VERSION} manifest")
+    fingerprint = manifest.get("config", {})
+    changed = sorted(key for key, value in (require or {}).items() if fingerprint.get(key) != value)
+    if changed:
+        raise ConductorError(
+            f"checkpoint {folder} was written by a run with other {', '.join(changed)}: delete "
+            f"{folder.parent} to start this run afresh"
+        )
     if not (folder / STATE).is_file() or _sha256(folder / STATE) != manifest.get("sha256"):
         raise corrupt(f"{STATE} is missing or does not match its SHA-256 in {MANIFEST}")
     try:
@@ -180,4 +192,4 @@ def read_checkpoint(
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
     logger.info("resumed from %s (step %d)", folder, manifest["step"])
-    return Checkpoint(folder, int(manifest["step"]), list(state["metrics"]), dict(manifest.get("config", {})))
+    return Checkpoint(folder, int(manifest["step"]), list(state["metrics"]), dict(fingerprint))
