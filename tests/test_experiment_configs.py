@@ -33,11 +33,14 @@ def test_every_experiment_config_loads(path: Path) -> None:
 
 
 @pytest.mark.slow  # reads BIG-Bench-Hard and MMLU out of their wheels (downloaded once)
-def test_the_default_s_training_questions_hold_none_of_the_recovered_arithmetic_it_is_tested_on() -> None:
+@pytest.mark.parametrize(("config", "questions"), [("default_train.yaml", 230), ("default_more_families.yaml", 278)])
+def test_the_default_s_training_questions_hold_none_of_the_recovered_arithmetic_it_is_tested_on(
+    config: str, questions: int
+) -> None:
     from conductor.bench.datasets import load_mix
 
     folder = CONFIGS[0].parent
-    data = yaml.safe_load((folder / "default_train.yaml").read_text())["data"]
+    data = yaml.safe_load((folder / config).read_text())["data"]
     asked = {example.question for example in load_mix(**data["args"])}
     recovered = [yaml.safe_load(line)["question"] for line in (folder / "bigbench_arithmetic_recovered.jsonl").open()]
-    assert len(asked) == 230 and not asked & set(recovered)
+    assert len(asked) == questions and not asked & set(recovered)
