@@ -100,7 +100,7 @@ class ConductorCompiler(Teleprompter):
         ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the validation sets are scored there, one
             task per CPU (``evaluate_program``); ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s
             ``ray``.)
-        progress: show a progress bar with an ETA (stderr) for the program search.
+        progress: show a progress bar with an ETA (stderr) for the program search and the warm starts.
         rollout_setup: passed to GRPO: how its rollout actors build policy and program when ``grpo`` has ``ray``.
     """
 
@@ -269,7 +269,8 @@ class ConductorCompiler(Teleprompter):
         """Fine-tunes ``program``'s conductor on ``examples``, checkpointing into ``warm_start/<phase>/`` so that a
         compile killed during it goes on from there, and keeps the curve (``_keep_curve``)."""
         policy = trainable_policy(program.orchestrate.lm)
-        report = warm_start(policy, program, examples, config, checkpoint_dir=self.output_dir / "warm_start" / phase)
+        folder = self.output_dir / "warm_start" / phase
+        report = warm_start(policy, program, examples, config, checkpoint_dir=folder, progress=self.progress)
         self._keep_curve(phase, report)
         return report
 

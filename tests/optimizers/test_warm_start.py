@@ -167,7 +167,7 @@ def updates(monkeypatch: pytest.MonkeyPatch, die_at: int | None = None) -> list[
 
 
 def test_a_killed_warm_start_goes_on_from_its_checkpoint_to_the_weights_of_an_unbroken_run(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     examples = synthetic_workflows(2, QUESTIONS, seed=0)
     unbroken = tiny()
@@ -181,8 +181,10 @@ def test_a_killed_warm_start_goes_on_from_its_checkpoint_to_the_weights_of_an_un
 
     resumed = tiny()  # a fresh process's policy: the checkpoint brings the trained weights back
     made = updates(monkeypatch)
-    report = warm_start(resumed, program(), examples, RESUMABLE, checkpoint_dir=tmp_path)
+    report = warm_start(resumed, program(), examples, RESUMABLE, checkpoint_dir=tmp_path, progress=True)
     assert len(made) == 2  # steps 5 and 6
+    bar = capsys.readouterr().err
+    assert "warm start" in bar and "4/6" in bar and "6/6" in bar  # the bar goes on from step 4
     assert report.losses == straight.losses and report.learning_rates == straight.learning_rates
     assert (report.trained_examples, report.completion_tokens) == (
         straight.trained_examples,

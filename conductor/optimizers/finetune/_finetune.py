@@ -189,13 +189,16 @@ def warm_start(
     config: WarmStartConfig | None = None,
     *,
     checkpoint_dir: Path | None = None,
+    progress: bool = False,
 ) -> WarmStartReport:
     """Fine-tune ``policy``'s trainable weights (its LoRA adapters) to write each example's workflow for the prompt
     ``program`` sends for its question (or the example's own pool): AdamW, cosine schedule with linear warmup, padded
     batches, the same result for the same seed. With ``checkpoint_dir``, checkpoints go to its ``checkpoints/`` and
     a run finds its own there and goes on from the newest; one of another config or other examples is a
-    ``ConductorError``. Don't sample from the policy in another thread meanwhile."""
+    ``ConductorError``. ``progress`` draws a bar with the loss and an ETA on stderr. Don't sample from the policy in
+    another thread meanwhile."""
     import torch
+    from tqdm.auto import tqdm
 
     from conductor.optimizers._checkpoint import checkpoints, read_checkpoint, write_checkpoint
 
@@ -225,24 +228,21 @@ def warm_start(
                 "warm start: %d examples, %d steps of %d, from step %d", len(pairs), steps, config.batch_size, resumed
             )
             batches = _step_batches(len(pairs), config.batch_size, steps, config.seed)
-            for step, indices in enumerate(batches[resumed:], start=resumed):
-                chosen = [pairs[i] for i in indices]
-                tokens = sum(len(c) for _, c in chosen)
-                total = 0.0
-                micro = math.ceil(len(chosen) / config.grad_accumulation)
-                for start in range(0, len(chosen), micro):
-                    nll = completion_nll(policy, chosen[start : start + micro], grad=True)
-                    (nll / tokens).backward()  # token-weighted mean over the whole step, however it is split
-                    total += nll.item()
-                lr = schedule.get_last_lr()[0]
-                optimizer_step(optimizer, schedule, params, config.max_grad_norm)
-                seconds = done + time.perf_counter() - started
-                history.append(
-                    {"loss": total / tokens, "lr": lr, "tokens": tokens, "examples": len(chosen), "seconds": seconds}
-                )
-                logger.info("warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, total / tokens, lr)
-                if checkpoint_dir is not None and (step + 1 == steps or (step + 1) % config.checkpoint_every == 0):
-                    write_checkpoint(checkpoint_dir, step + 1, policy, optimizer, schedule, history, fingerprint, 1)
+            with tqdm(total=steps, initial=resumed, desc="warm start", unit="step", disable=not progress) as bar:
+                for step, indices in enumerate(batches[resumed:], start=resumed):
+                    chosen = [pairs[i] for i in indices]
+                    lr = schedule.get_last_lr()[0]
+                    loss = _update(policy, chosen, config, optimizer, schedule, params)
+                    seconds = done + time.perf_counter() - started
+                    tokens = sum(len(c) for _, c in chosen)
+                    history.append(
+                        {"loss": loss, "lr": lr, "tokens": tokens, "examples": len(chosen), "seconds": seconds}
+                    )
+                    logger.info("warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, loss, lr)
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                    bar.update(1)
+                    if checkpoint_dir is not None and (step + 1 == steps or (step + 1) % config.checkpoint_every == 0):
+                        write_checkpoint(checkpoint_dir, step + 1, policy, optimizer, schedule, history, fingerprint, 1)
     finally:
         policy.train(was_training)
     losses = tuple(h["loss"] for h in history)
@@ -255,6 +255,27 @@ def warm_start(
         int(sum(h["tokens"] for h in history)),
         int(sum(h["examples"] for h in history)),
     )
+
+
+def _update(
+    policy: ConductorLM,
+    chosen: Sequence[TokenPair],
+    config: WarmStartConfig,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    params: list[torch.nn.Parameter],
+) -> float:
+    """One optimizer step on ``chosen``, in ``config.grad_accumulation`` micro-batches; returns its loss (mean
+    cross-entropy per completion token, before the update)."""
+    tokens = sum(len(c) for _, c in chosen)
+    total = 0.0
+    micro = math.ceil(len(chosen) / config.grad_accumulation)
+    for start in range(0, len(chosen), micro):
+        nll = completion_nll(policy, chosen[start : start + micro], grad=True)
+        (nll / tokens).backward()  # token-weighted mean over the whole step, however it is split
+        total += nll.item()
+    optimizer_step(optimizer, schedule, params, config.max_grad_norm)
+    return total / tokens
 
 
 def _fingerprint(config: WarmStartConfig, pairs: Sequence[TokenPair]) -> dict[str, Any]:
