@@ -42,8 +42,9 @@ conductor wrote the "shout" workflow (now 8 training questions a family, the uns
 0.84 / 1.00 and 1.00 / 0.72 / 1.00 (spell / add / shout): three streams of five pass, the other two miss on "add" (one
 and three samples of 32 under the bar).
 
-It is the suite's longest test (12 min 33 s on one torch thread, beside the rest of the suite and a training probe):
-marked ``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's addopts).
+It is the suite's longest test (962 s on one torch thread beside the rest of the suite, in a clean clone on December
+6): marked ``longest``, it starts first, and the rest of the suite runs in the other test process (pyproject's
+addopts).
 """
 
 from __future__ import annotations
