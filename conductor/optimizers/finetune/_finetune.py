@@ -101,6 +101,19 @@ class WarmStartReport:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "epochs": self.epochs}
 
+    @classmethod
+    def of(cls, history: Sequence[Mapping[str, float]], examples: int) -> WarmStartReport:
+        """The report of a run whose steps are ``history`` (each step's loss, lr, tokens, examples and the seconds
+        the run had taken by its end) over ``examples`` training pairs."""
+        return cls(
+            tuple(h["loss"] for h in history),
+            tuple(h["lr"] for h in history),
+            history[-1]["seconds"],
+            examples,
+            int(sum(h["tokens"] for h in history)),
+            int(sum(h["examples"] for h in history)),
+        )
+
 
 # ---- training pairs ------------------------------------------------------------------------------------------------
 def question_for(program: Conductor, inputs: Mapping[str, Any]) -> str:
@@ -200,7 +213,7 @@ def warm_start(
     import torch
     from tqdm.auto import tqdm
 
-    from conductor.optimizers._checkpoint import checkpoints, read_checkpoint, write_checkpoint
+    from conductor.optimizers._checkpoint import write_checkpoint
 
     config = config or WarmStartConfig()
     pairs = training_pairs(policy, program, examples, config.max_length)
@@ -212,7 +225,6 @@ def warm_start(
         params, lr=config.lr, weight_decay=config.weight_decay, steps=steps, warmup_ratio=config.warmup_ratio
     )
     fingerprint = _fingerprint(config, pairs)
-    history: list[dict[str, float]] = []  # each step's loss, learning rate, tokens, examples and seconds so far
     was_training = policy.model.training
     devices = [policy.device] if policy.device.type == "cuda" else []
     started = time.perf_counter()
@@ -220,9 +232,8 @@ def warm_start(
     try:
         with torch.random.fork_rng(devices=devices):  # LoRA dropout, if any, draws from a seeded generator
             torch.manual_seed(config.seed)
-            found = checkpoints(checkpoint_dir) if checkpoint_dir is not None else []
-            if found:  # inside the fork: the checkpoint's torch RNG state is the run's, not the caller's
-                history = read_checkpoint(found[-1], policy, optimizer, schedule, require=fingerprint).metrics
+            # inside the fork: a checkpoint's torch RNG state is the run's, not the caller's
+            history = _resume(checkpoint_dir, policy, optimizer, schedule, fingerprint)
             done, resumed = (history[-1]["seconds"] if history else 0.0), len(history)
             logger.info(
                 "warm start: %d examples, %d steps of %d, from step %d", len(pairs), steps, config.batch_size, resumed
@@ -230,31 +241,36 @@ def warm_start(
             batches = _step_batches(len(pairs), config.batch_size, steps, config.seed)
             with tqdm(total=steps, initial=resumed, desc="warm start", unit="step", disable=not progress) as bar:
                 for step, indices in enumerate(batches[resumed:], start=resumed):
-                    chosen = [pairs[i] for i in indices]
                     lr = schedule.get_last_lr()[0]
-                    loss = _update(policy, chosen, config, optimizer, schedule, params)
-                    seconds = done + time.perf_counter() - started
-                    tokens = sum(len(c) for _, c in chosen)
-                    history.append(
-                        {"loss": loss, "lr": lr, "tokens": tokens, "examples": len(chosen), "seconds": seconds}
-                    )
-                    logger.info("warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, loss, lr)
-                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                    row = _update(policy, [pairs[i] for i in indices], config, optimizer, schedule, params)
+                    history.append(row | {"lr": lr, "seconds": done + time.perf_counter() - started})
+                    logger.info("warm start step %d/%d: loss %.4f, lr %.2e", step + 1, steps, row["loss"], lr)
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
                     bar.update(1)
                     if checkpoint_dir is not None and (step + 1 == steps or (step + 1) % config.checkpoint_every == 0):
                         write_checkpoint(checkpoint_dir, step + 1, policy, optimizer, schedule, history, fingerprint, 1)
     finally:
         policy.train(was_training)
-    losses = tuple(h["loss"] for h in history)
-    logger.info("warm start done in %.1f s: loss %.4f -> %.4f", history[-1]["seconds"], losses[0], losses[-1])
-    return WarmStartReport(
-        losses,
-        tuple(h["lr"] for h in history),
-        history[-1]["seconds"],
-        len(pairs),
-        int(sum(h["tokens"] for h in history)),
-        int(sum(h["examples"] for h in history)),
-    )
+    report = WarmStartReport.of(history, len(pairs))
+    logger.info("warm start done in %.1f s: %s", report.seconds, report.summary())
+    return report
+
+
+def _resume(
+    checkpoint_dir: Path | None,
+    policy: ConductorLM,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    fingerprint: dict[str, Any],
+) -> list[dict[str, float]]:
+    """Restore the newest checkpoint in ``checkpoint_dir`` of the run ``fingerprint`` names; returns the steps it
+    holds (each step's loss, lr, tokens, examples and seconds so far), none without one."""
+    from conductor.optimizers._checkpoint import checkpoints, read_checkpoint
+
+    found = checkpoints(checkpoint_dir) if checkpoint_dir is not None else []
+    if not found:
+        return []
+    return read_checkpoint(found[-1], policy, optimizer, schedule, require=fingerprint).metrics
 
 
 def _update(
@@ -264,9 +280,9 @@ def _update(
     optimizer: torch.optim.Optimizer,
     schedule: torch.optim.lr_scheduler.LRScheduler,
     params: list[torch.nn.Parameter],
-) -> float:
+) -> dict[str, float]:
     """One optimizer step on ``chosen``, in ``config.grad_accumulation`` micro-batches; returns its loss (mean
-    cross-entropy per completion token, before the update)."""
+    cross-entropy per completion token, before the update), its completion tokens and its examples."""
     tokens = sum(len(c) for _, c in chosen)
     total = 0.0
     micro = math.ceil(len(chosen) / config.grad_accumulation)
@@ -275,7 +291,7 @@ def _update(
         (nll / tokens).backward()  # token-weighted mean over the whole step, however it is split
         total += nll.item()
     optimizer_step(optimizer, schedule, params, config.max_grad_norm)
-    return total / tokens
+    return {"loss": total / tokens, "tokens": tokens, "examples": len(chosen)}
 
 
 def _fingerprint(config: WarmStartConfig, pairs: Sequence[TokenPair]) -> dict[str, Any]:
