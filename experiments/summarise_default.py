@@ -1,9 +1,10 @@
 """Issue 26, item 4, summarised: is the 10-family conductor (``default_train.yaml``'s warm start, or GRPO on top of it:
 ``default_grpo.yaml`` at lr 5e-4, ``default_grpo_gentle.yaml`` at 1e-4 and ``default_grpo_round_two.yaml``'s second
-round of it; or ``default_rescored.yaml``'s search on the fixed scoring, its warm start and GRPO at 1e-4) a better
-shipped default than the router in ``conductor/trained/local-routing``? Each one's rows in five BBH-study benches,
-paired with the router's and the single workers' on the same questions, and each GRPO run's against the program it
-began from (the issue's goal for RL: +3 points, or a fifth fewer worker calls within a point), written to
+round of it; or ``default_rescored.yaml``'s search on the fixed scoring, its warm start and GRPO at 1e-4), or the
+14-family one (``default_more_families.yaml``'s warm start and ``default_more_families_grpo.yaml``'s GRPO at 1e-4), a
+better shipped default than the router in ``conductor/trained/local-routing``? Each one's rows in five BBH-study
+benches, paired with the router's and the single workers' on the same questions, and each GRPO run's against the
+program it began from (the issue's goal for RL: +3 points, or a fifth fewer worker calls within a point), written to
 ``results/default/summary.json`` and ``summary.md``:
 
 - the router's own test split, as far as it still loads: GSM8K and MMLU (``bbh_broad_default.yaml``) and the BIG-bench
@@ -11,7 +12,9 @@ began from (the issue's goal for RL: +3 points, or a fifth fewer worker calls wi
 - the BBH study's 8 families, 50 test questions each (``bbh_broad_baselines.yaml``);
 - the 5 BBH families no conductor trained on, against the best single worker there (``bbh_broad_unseen.yaml``'s 2,
   ``default_unseen.yaml``'s 3; a candidate counts on those it was benched on);
-- the 24 questions a new user types first (``bbh_broad_default_everyday.yaml``).
+- the 24 questions a new user types first (``bbh_broad_default_everyday.yaml``);
+- beside the rule, not judged by it: the four families the 14-family runs add, on their test parts
+  (``default_new_families.yaml``), for a candidate benched there.
 
 The issue's rule: it replaces the router only if it beats it on the router's split and on the families' test split,
 and is at least as good as the best single worker on at least 2 families it never trained on.
@@ -33,10 +36,12 @@ GRPO_RUNS = {
     "10-family conductor, GRPO at lr 1e-4": "10-family conductor",
     "10-family conductor, rescored search, GRPO at lr 1e-4": "10-family conductor, rescored search",
     "10-family conductor, GRPO at lr 1e-4, two rounds": "10-family conductor, GRPO at lr 1e-4",
+    "14-family conductor, GRPO at lr 1e-4": "14-family conductor",
 }
 CANDIDATES = tuple(dict.fromkeys([*GRPO_RUNS.values(), *GRPO_RUNS]))
 ROUTER = "shipped router"
 SINGLES = ("smollm2", "gemma", "calculator", "smollm2 plain chat", "gemma plain chat")
+NEW_FAMILIES = "4 families the 14-family runs add"
 RESULTS = CONFIGS.parent / "results" / "default"
 
 
@@ -100,6 +105,8 @@ def of_candidate(candidate: str, parts: dict[str, list[dict[str, Any]]]) -> dict
         "unseen_pooled": split(pooled, candidate, [name for name in (ROUTER, *SINGLES) if of(pooled, name)]),
         "own_questions": split(parts["own questions"], candidate, [ROUTER]),
     }
+    if of(parts[NEW_FAMILIES], candidate):  # beside the rule, not judged by it
+        summary["new_families"] = split(parts[NEW_FAMILIES], candidate, [ROUTER, best_single(parts[NEW_FAMILIES])])
     summary["rule"] = rule(summary)
     return summary
 
@@ -131,6 +138,7 @@ def table(summary: dict[str, Any], candidate: str) -> list[str]:
         *((f"unseen: {family}", part) for family, part in summary["unseen_families"].items()),
         ("unseen, pooled", summary["unseen_pooled"]),
         ("own questions", summary["own_questions"]),
+        *([(f"{NEW_FAMILIES} (not judged)", summary["new_families"])] if "new_families" in summary else []),
     ]
     for name, part in sections:
         for system, s in part["scores"].items():
@@ -161,7 +169,7 @@ def grpo_table(rows: dict[str, Any]) -> list[str]:
 
 
 def benched_parts() -> dict[str, list[dict[str, Any]]]:
-    """The five benches' records, by the split the rule reads them in."""
+    """The five benches' records, by the split the rule reads them in, and the new families' bench beside them."""
     default, everyday = records("bbh_broad_default.yaml"), records("bbh_broad_default_everyday.yaml")
     unseen = records("bbh_broad_unseen.yaml") + records("default_unseen.yaml")
     return {
@@ -170,12 +178,14 @@ def benched_parts() -> dict[str, list[dict[str, Any]]]:
         "8 BBH families": records("bbh_broad_baselines.yaml"),
         **{f"unseen: {f}": [r for r in unseen if r["dataset"] == f] for f in sorted({r["dataset"] for r in unseen})},
         "own questions": [r for r in everyday if r["dataset"] == "own questions"],
+        NEW_FAMILIES: records("default_new_families.yaml"),
     }
 
 
 def main() -> None:
     parts = benched_parts()
-    benched = [c for c in CANDIDATES if all(of(u, c) for name, u in parts.items() if not name.startswith("unseen: "))]
+    judged = {name: units for name, units in parts.items() if not name.startswith("unseen: ") and name != NEW_FAMILIES}
+    benched = [c for c in CANDIDATES if all(of(units, c) for units in judged.values())]
     summary: dict[str, Any] = {candidate: of_candidate(candidate, parts) for candidate in benched}
     lines = []
     for candidate in benched:
