@@ -19,7 +19,7 @@ import pydantic
 import pytest
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, ToolWorker, WorkerPool
+from conductor.modules import Conductor, ReplayStore, ReplayWorker, ToolWorker, WorkerPool
 from conductor.modules.programs import DIRECT_SUBTASK as DIRECT
 from conductor.modules.programs import QUESTION_ALONE
 from conductor.optimizers import (
@@ -187,24 +187,59 @@ def test_a_search_run_again_resumes_without_calling_a_worker_for_scored_pairs(tm
 
 def test_a_search_over_edited_data_scores_only_the_questions_it_has_not_seen(tmp_path: Path) -> None:
     def search(trainset: list[dspy.Example]) -> tuple[SearchResult, list[str]]:
-        """The result, and the prompts the workers were sent."""
-        counted = workers()
-        program = Conductor(WorkerPool(counted), max_steps=4)
+        """The result, and the questions of the pairs it scored (not replayed from ``scores.jsonl``)."""
+        scores = tmp_path / "scores.jsonl"
+        before = len(scores.read_text().splitlines()) if scores.exists() else 0
+        program = Conductor(WorkerPool(workers()), max_steps=4)
         config = ProgramSearchConfig(first_rung=len(trainset))  # one rung: every candidate on every question
         result = program_search(program, trainset, right, config, output_dir=tmp_path)
-        return result, [prompt for w in counted for prompt in w.prompts]
+        scored = [json.loads(line)["question"] for line in scores.read_text().splitlines()[before:]]
+        return result, [trainset[i].question for i in scored]
 
     trainset = questions(range(4))
     search(trainset)
     fresh = example("add", 9)  # one question replaced by a new one, and the rest reordered
     edited = [fresh, *reversed(trainset[1:])]
-    result, prompts = search(edited)
-    assert prompts and all(fresh.question in prompt for prompt in prompts)  # the new question's calls alone
+    result, scored = search(edited)
+    assert scored and set(scored) == {fresh.question}  # the new question's pairs alone
     assert [shape(result.winner(i).steps) for i in range(len(edited))] == [RIGHT_SHAPE[family_of(e)] for e in edited]
     assert search(edited)[1] == []
     relabelled = [fresh.copy(answer="a different answer"), *edited[1:]]  # a label fixed: its old scores are stale
-    prompts = search(relabelled)[1]
-    assert prompts and all(fresh.question in prompt for prompt in prompts)
+    scored = search(relabelled)[1]
+    assert scored and set(scored) == {fresh.question}
+
+
+def sampling_add(seed: int) -> ScriptedWorker:
+    """``add`` as a sampled model: each call right or wrong by a coin of its own ``seed``."""
+    coin = random.Random(seed)
+    return ScriptedWorker("add", lambda prompt: kinds.add(prompt) if coin.random() < 0.5 else "about ten")
+
+
+def test_a_candidate_added_to_a_resumed_search_is_scored_on_the_samples_its_first_step_had(tmp_path: Path) -> None:
+    trainset = [example("add", i) for i in range(8)]
+
+    def singles(**templates: list[dict]) -> ProgramSearchConfig:
+        return ProgramSearchConfig(pairs=False, samples=0, propose=False, first_rung=len(trainset), templates=templates)
+
+    program = Conductor(WorkerPool([sampling_add(0)]), max_steps=2)
+    first = program_search(program, trainset, right, singles(), output_dir=tmp_path)
+    alone = [first.outcomes[i]["add"].score for i in range(len(trainset))]
+    assert 0 < sum(alone) < len(trainset)  # sampled: some right, some wrong
+    # another sitting, whose add would sample otherwise, adds a pair that opens with add's step: shouting an answer
+    # in capitals changes no digit, so on the same sample the pair scores as add alone did
+    template = [{"worker": "add", "subtask": DIRECT, "access": []}, {"worker": "shout", "subtask": "Shout it."}]
+    resampled = sampling_add(1)
+    program = Conductor(WorkerPool([resampled, ScriptedWorker("shout", kinds.shout)]), max_steps=2)
+    second = program_search(program, trainset, right, singles(add_then=template), output_dir=tmp_path)
+    assert [second.outcomes[i]["add_then"].score for i in range(len(trainset))] == alone
+    assert resampled.calls == 0  # every add prompt was answered from the folder's samples, none paid twice
+
+
+def test_a_search_whose_pool_keeps_its_samples_elsewhere_adds_no_store_of_its_own(tmp_path: Path) -> None:
+    store, sampled = ReplayStore(tmp_path / "shared.sqlite"), sampling_add(0)
+    program = Conductor(WorkerPool([ReplayWorker(sampled, store)]), max_steps=1)
+    program_search(program, [example("add", i) for i in range(2)], right, output_dir=tmp_path / "search")
+    assert len(store) == sampled.calls > 0 and not (tmp_path / "search" / "replay.sqlite").exists()
 
 
 def test_pairs_an_older_version_wrote_without_a_question_key_are_kept_and_scored_again(tmp_path: Path) -> None:
@@ -216,10 +251,10 @@ def test_pairs_an_older_version_wrote_without_a_question_key_are_kept_and_scored
         for line in scores.read_text().splitlines()
     ]
     scores.write_text("".join(line + "\n" for line in unkeyed))
-    again = workers()
-    program_search(Conductor(WorkerPool(again), max_steps=2), trainset, right, output_dir=tmp_path)
-    assert sum(w.calls for w in again) > 0
-    assert scores.read_text().splitlines()[: len(unkeyed)] == unkeyed  # nothing the older version wrote is lost
+    program_search(Conductor(WorkerPool(workers()), max_steps=2), trainset, right, output_dir=tmp_path)
+    lines = scores.read_text().splitlines()
+    assert lines[: len(unkeyed)] == unkeyed  # nothing the older version wrote is lost
+    assert len(lines) == 2 * len(unkeyed) and all("key" in json.loads(line) for line in lines[len(unkeyed) :])
 
 
 def test_a_search_killed_mid_write_scores_the_cut_pair_again(tmp_path: Path) -> None:
@@ -230,11 +265,11 @@ def test_a_search_killed_mid_write_scores_the_cut_pair_again(tmp_path: Path) -> 
     scores.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # the last line cut short
     again = workers()
     result = program_search(Conductor(WorkerPool(again), max_steps=2), trainset, right, output_dir=tmp_path)
-    assert 0 < sum(w.calls for w in again) <= 2  # the cut pair alone is run again
+    assert scores.read_text().splitlines() == lines  # the cut pair alone is scored again...
+    assert sum(w.calls for w in again) == 0  # ...on the samples it had, kept beside the scores
     assert all(result.winner(i) is not None for i in range(len(trainset)))
-    third = workers()  # the pair scored again was kept: nothing is run a third time
-    program_search(Conductor(WorkerPool(third), max_steps=2), trainset, right, output_dir=tmp_path)
-    assert sum(w.calls for w in third) == 0
+    program_search(Conductor(WorkerPool(workers()), max_steps=2), trainset, right, output_dir=tmp_path)
+    assert scores.read_text().splitlines() == lines  # the pair scored again was kept: nothing is scored a third time
 
 
 def test_unusable_input_is_refused_before_any_worker_runs() -> None:

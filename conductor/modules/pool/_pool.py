@@ -246,11 +246,12 @@ class WorkerPool(Sequence[Worker]):
             spec = spec.model_copy(update={"workers": workers})
         return WorkerPool(chosen, show_descriptions=self.show_descriptions, spec=spec, fallbacks=fallbacks)
 
-    def replayed(self) -> WorkerPool:
+    def replayed(self, store: ReplayStore | None = None) -> WorkerPool:
         """This pool with each worker wrapped in a ``ReplayWorker``: programs run over it share its samples (a prompt
-        sent twice gets the same completion), so what they score differently is their own doing."""
+        sent twice gets the same completion), so what they score differently is their own doing. With ``store``, the
+        samples are kept there too, and shared with other processes and later runs."""
         return WorkerPool(
-            [ReplayWorker(worker) for worker in self],
+            [ReplayWorker(worker, store) for worker in self],
             show_descriptions=self.show_descriptions,
             fallbacks=self.fallbacks,
         )

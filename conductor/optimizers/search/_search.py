@@ -13,7 +13,9 @@ survivors' steps, all called anew, would still fit, so the search never spends p
 candidate) pair is appended to ``scores.jsonl`` in the output folder as it finishes, under a key made from the whole
 example (inputs and labels): a search run again with the same folder and settings skips every pair it holds, wherever
 the question now sits in the data, and with the same data makes the same decisions. A question added, removed or
-relabelled costs only its own pairs.
+relabelled costs only its own pairs. The workers' completions are kept in that folder too (``replay.sqlite``, unless
+the pool's replay workers keep theirs in a store of their own), so pairs scored in different sittings (a candidate
+added to a resumed search, a question cut short by a kill) still share their steps' samples, and none is paid twice.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, Worker
+from conductor.modules import Conductor, ReplayStore, Worker
 from conductor.optimizers._rewards import Metric, RewardConfig
 from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
@@ -49,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 SCORES = "scores.jsonl"
 STATE = "search.json"
+SAMPLES = "replay.sqlite"
 
 
 class ProgramSearchConfig(pydantic.BaseModel):
@@ -255,8 +258,9 @@ def program_search(
     _warn_unwritable(program, candidates)
     order = list(range(len(examples)))
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
-    store = _ScoreStore(Path(output_dir) if output_dir is not None else None, candidates, examples)
-    replay = program.pool.replayed()
+    folder = Path(output_dir) if output_dir is not None else None
+    store = _ScoreStore(folder, candidates, examples)
+    replay = program.pool.replayed(_samples(program, folder))
     runner = rollout_program(program, replay)
     started, alive, rungs = time.perf_counter(), list(candidates), []
     size, exhausted = min(config.first_rung, len(order)), False
@@ -288,6 +292,15 @@ def program_search(
         " (budget exhausted)" if exhausted else "",
     )
     return result
+
+
+def _samples(program: Conductor, folder: Path | None) -> ReplayStore | None:
+    """Where the search keeps its workers' completions beyond this process: ``replay.sqlite`` in its folder, unless
+    the pool's replay workers keep theirs in a store already (which a config shares with the compile's other phases).
+    Without a folder, in this process's memory alone."""
+    if folder is None or program.pool.replay_store is not None:
+        return None
+    return ReplayStore(folder / SAMPLES)
 
 
 def _space(program: Conductor, config: ProgramSearchConfig, proposed: Sequence[str]) -> list[Candidate]:
