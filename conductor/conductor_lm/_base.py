@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conductor.local import model_folder
+from conductor.local import LOAD_LOCK, model_folder
 
 
 @contextlib.contextmanager
@@ -31,7 +31,8 @@ def load_base(source: str | os.PathLike[str], dtype: torch.dtype) -> tuple[str, 
     """``(source, model, tokenizer)``: a fresh, private copy of a local model or transformers folder (from the
     registry and GGUF cache of ``conductor.local``, but not its frozen models: peft injects LoRA layers into the
     model in place, and training changes weights that local workers share)."""
-    source, folder = model_folder(source)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    with LOAD_LOCK:  # transformers loads one model at a time safely
+        source, folder = model_folder(source)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     return source, model, tokenizer

@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from conductor._files import replaceable_folder, write_folder_atomically
 from conductor.conductor_lm._base import load_base, quiet_peft
 from conductor.errors import ConductorError
-from conductor.local import EMBEDDED_MODELS, resolve_dtype
+from conductor.local import EMBEDDED_MODELS, LOAD_LOCK, resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -130,22 +130,24 @@ def load_policy(
     config = read_config(folder)
     torch_dtype = resolve_dtype(dtype or config["dtype"])
     base = config["base"] and _embedded_name(config["base"])
-    if config["weights"] == "full":
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
-    else:
+    if config["weights"] != "full":
         for name in (ADAPTER_CONFIG_NAME, ADAPTER_NAME):
             if not (folder / name).is_file():
                 raise ConductorError(f"the LoRA adapter file {folder / name} is missing: the checkpoint is incomplete")
-        if config["base_weights"]:
-            base_dir = folder / config["base_weights"]
-            if not (base_dir / "config.json").is_file():
-                raise ConductorError(f"the base model folder {base_dir} is missing: the checkpoint is incomplete")
-            model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch_dtype)
+        base_dir = config["base_weights"] and folder / config["base_weights"]
+        if base_dir and not (base_dir / "config.json").is_file():
+            raise ConductorError(f"the base model folder {base_dir} is missing: the checkpoint is incomplete")
+    with LOAD_LOCK:  # transformers loads one model at a time safely
+        if config["weights"] == "full":
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
         else:
-            _, model, _ = load_base(base, torch_dtype)
-        with quiet_peft():
-            model = PeftModel.from_pretrained(model, folder, is_trainable=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+            if base_dir:
+                model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch_dtype)
+            else:
+                _, model, _ = load_base(base, torch_dtype)
+            with quiet_peft():
+                model = PeftModel.from_pretrained(model, folder, is_trainable=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     policy = cls(
         model,
         tokenizer,

@@ -16,6 +16,7 @@ from conductor.local._model import LocalModel
 from conductor.local._registry import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
+    LOAD_LOCK,
     EmbeddedModel,
     frozen_model,
     load_local_model,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",
+    "LOAD_LOCK",
     "PLAIN_STOP",
     "EmbeddedModel",
     "LocalEngine",

@@ -287,8 +287,11 @@ def resolve_dtype(dtype: Any) -> torch.dtype:
 
 
 _loaded: dict[tuple[str, str], LocalModel] = {}
-_load_locks: dict[tuple[str, str], threading.Lock] = {}
-_registry_lock = threading.Lock()
+LOAD_LOCK = threading.RLock()
+"""Held by every model load of this package (the frozen models here, a policy's base and checkpoint): transformers'
+loading is not thread-safe. Two models loading in two threads at once left SmolLM2's tied ``lm_head`` newly
+initialised (its answers random words, in a Ray actor whose search asked both models at once), so loads run one at a
+time; a load takes seconds, once per model and process."""
 
 
 def frozen_model(
@@ -302,11 +305,9 @@ def frozen_model(
     """
     source = model_source(name_or_path)
     key = (source, dtype_name(dtype))
-    with _registry_lock:
-        if key in _loaded:
-            return _loaded[key]
-        lock = _load_locks.setdefault(key, threading.Lock())
-    with lock:  # concurrent first calls for one model load it once; other models don't wait
+    if key in _loaded:  # loaded: no wait for another model's load
+        return _loaded[key]
+    with LOAD_LOCK:  # concurrent first calls for one model load it once, and two models never load at once
         if key in _loaded:
             return _loaded[key]
         check_available(source)
@@ -319,10 +320,8 @@ def frozen_model(
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, key[1]))
         model.eval()
         logger.info("loaded %s (%s) in %.1f s", model_label(source), key[1], time.perf_counter() - started)
-        loaded = LocalModel(model, tokenizer, name=model_label(source))
-        with _registry_lock:
-            _loaded[key] = loaded
-        return loaded
+        _loaded[key] = LocalModel(model, tokenizer, name=model_label(source))
+        return _loaded[key]
 
 
 def load_local_model(

@@ -88,6 +88,34 @@ def test_missing_torch_points_at_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
         LocalEngine(SMOL)
 
 
+def test_two_models_asked_at_once_load_one_after_the_other(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """transformers' loading is not thread-safe: two models loading in two threads at once left SmolLM2's tied lm_head
+    newly initialised in a Ray actor (its answers random words). A load here overlaps none (fakes stand in for
+    transformers, slow enough that the two threads would overlap without the lock)."""
+    transformers = pytest.importorskip("transformers")
+    loading, overlaps = [], []
+
+    def fake_load(folder: Path, **kwargs: Any) -> Any:
+        loading.append(folder)
+        overlaps.append(len(loading))
+        time.sleep(0.2)
+        loading.remove(folder)
+        return SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0), config=None, eval=lambda: None)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_load)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda folder: SimpleNamespace(pad_token_id=0))
+    monkeypatch.setattr(_registry, "check_available", lambda source: None)
+    monkeypatch.setattr(_registry, "_transformers_folder", lambda source: tmp_path / source)
+    monkeypatch.setattr(_registry, "_loaded", {})
+    threads = [threading.Thread(target=_registry.frozen_model, args=(name,)) for name in (SMOL, GEMMA, SMOL, GEMMA)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == [1, 1]  # each model loaded once, neither while the other was loading
+    assert set(_registry._loaded) == {(SMOL, "float32"), (GEMMA, "float32")}
+
+
 # --- prompt rendering (fake tokenizers) ---------------------------------------------------------------------------
 
 
