@@ -16,6 +16,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("longest") is None)
 
 
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[None]:
+    """A 2-CPU Ray cluster for a module (mark it ``xdist_group("ray")``: one cluster at a time on the machine); its
+    workers import the tests' tools from the repository."""
+    ray = pytest.importorskip("ray")
+    root = Path(__file__).resolve().parents[1]
+    ray.init(num_cpus=2, runtime_env={"env_vars": {"PYTHONPATH": str(root)}}, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
     """One intra-op thread for tests that run tiny models: their ops are too small to split, and on a busy 2-core

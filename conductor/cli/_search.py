@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from conductor.cli._common import at_least, console, fail, status
+from conductor.cli._eval import add_ray_argument
 from conductor.errors import ConductorError
 
 
@@ -17,6 +18,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--max-worker-calls", type=at_least(1), metavar="N", help="the most worker calls (overrides the config)"
     )
+    add_ray_argument(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -33,7 +35,8 @@ def handle(args: argparse.Namespace) -> int:
             splits = config.splits()
             program = config.conductor(config.policy() if config.program.trainable else None)
         folder = config.output_dir / "search"
-        result = program_search(program, splits.train, config.metric, search, output_dir=folder, progress=True)
+        ray = args.ray or config.ray
+        result = program_search(program, splits.train, config.metric, search, output_dir=folder, progress=True, ray=ray)
         write_search_report(result, folder, label=search.label)
     except ConductorError as exc:
         return fail(exc)

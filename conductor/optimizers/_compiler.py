@@ -97,9 +97,9 @@ class ConductorCompiler(Teleprompter):
         logits_processor: a factory per pool and round (e.g. the workflow grammar's): GRPO's, and its first round's for
             expert iteration.
         num_threads: evaluation threads.
-        ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the validation sets are scored there, one
-            task per CPU (``evaluate_program``); ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s
-            ``ray``.)
+        ray: a Ray cluster address ('auto', 'local', 'ray://host:10001'): the program search's questions and the
+            validation sets are scored there, one actor or task per CPU (``program_search``, ``evaluate_program``);
+            ``None``: in this process. (GRPO's rollouts have their own: ``grpo``'s ``ray``.)
         progress: show a progress bar with an ETA (stderr) for the program search and the warm starts.
         rollout_setup: passed to GRPO: how its rollout actors build policy and program when ``grpo`` has ``ray``.
     """
@@ -228,7 +228,9 @@ class ConductorCompiler(Teleprompter):
     def _search_phase(self, program: Conductor, trainset: list, valset: list) -> tuple[Conductor, str]:
         config = ProgramSearchConfig.model_validate(self.search)
         folder = self.output_dir / "search"
-        result = program_search(program, trainset, self.metric, config, output_dir=folder, progress=self.progress)
+        result = program_search(
+            program, trainset, self.metric, config, output_dir=folder, progress=self.progress, ray=self.ray
+        )
         write_search_report(result, folder, label=config.label)
         examples = searched_workflows(
             program.pool,

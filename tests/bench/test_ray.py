@@ -16,18 +16,6 @@ from tests.bench.test_runner import _comparable, _config
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def local_cluster():
-    """A 2-CPU Ray cluster for this module; its workers import the tests' tools from the repository."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 def test_a_config_gives_the_same_records_on_ray_as_in_this_process(tmp_path: Path, local_cluster: None) -> None:
     data = _config(tmp_path, n=3, threads=2, pool={"simulated": {"models": ["gemma-3-27b", "qwen3-32b-direct"]}})
     data["methods"] += [

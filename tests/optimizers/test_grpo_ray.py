@@ -29,9 +29,8 @@ from tests.optimizers.test_grpo_helpers import (  # noqa: E402, F401
     trainset,
 )
 
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_cluster")]  # one cluster at a time
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN = {
     "steps": 3,
     "batch_size": 4,
@@ -41,14 +40,6 @@ RUN = {
     "group_size": 3,  # small groups agree now and then: every step resamples, step 3 over both actors
     "resample_agreeing": 1,
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_cluster():
-    """A 2-CPU Ray cluster for this module; its workers import the tests from the repository."""
-    ray.init(num_cpus=2, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def setup() -> RolloutSetup:

@@ -8,14 +8,17 @@ questions. Hand-written: Optuna's pruners judge a trial by one running value, bu
 on a minority kind of question (low mean, the only right one there) must survive, so the rule also keeps every
 question's own winner, which no pruner expresses.
 
-The budget is in worker calls actually made (replayed answers are free): a question is started only if the
-survivors' steps, all called anew, would still fit, so the search never spends past it. Each scored (question,
-candidate) pair is appended to ``scores.jsonl`` in the output folder as it finishes, under a key made from the whole
-example (inputs and labels): a search run again with the same folder and settings skips every pair it holds, wherever
-the question now sits in the data, and with the same data makes the same decisions. A question added, removed or
-relabelled costs only its own pairs. The workers' completions are kept in that folder too (``replay.sqlite``, unless
-the pool's replay workers keep theirs in a store of their own), so pairs scored in different sittings (a candidate
-added to a resumed search, a question cut short by a kill) still share their steps' samples, and none is paid twice.
+The budget is in worker calls actually made (replayed answers are free): a question is started only if its
+candidates' steps, all called anew, would still fit beside those of the questions running, so the search never spends
+past it. Questions run one at a time in this process, or one per CPU on a Ray cluster (``_scoring``).
+
+Each scored (question, candidate) pair is appended to ``scores.jsonl`` in the output folder as its question
+finishes, under a key made from the whole example (inputs and labels): a search run again with the same folder and
+settings skips every pair it holds, wherever the question now sits in the data, and with the same data makes the same
+decisions. A question added, removed or relabelled costs only its own pairs. The workers' completions are kept in that
+folder too (``replay.sqlite``, unless the pool's replay workers keep theirs in a store of their own), so pairs scored
+in different sittings (a candidate added to a resumed search, a question cut short by a kill) still share their
+steps' samples, and none is paid twice.
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from conductor.errors import ConfigError
-from conductor.modules import Conductor, ReplayStore, Worker
-from conductor.optimizers._rewards import Metric, RewardConfig
-from conductor.optimizers._rollouts import RolloutJob, rollout_program, run_and_score
-from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices, template_workflow
+from conductor.modules import Conductor, ReplayStore
+from conductor.optimizers._rewards import Metric
+from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices
 from conductor.optimizers.search._neighbours import nearest
 from conductor.optimizers.search._propose import proposed_subtasks
+from conductor.optimizers.search._scoring import QuestionScorer, RayQuestionScorer, Scored, question_scorer
 from conductor.optimizers.search._space import DIRECT, Candidate, candidate_space
 
 logger = logging.getLogger(__name__)
@@ -244,11 +247,13 @@ def program_search(
     *,
     output_dir: str | Path | None = None,
     progress: bool = False,
+    ray: str | None = None,
 ) -> SearchResult:
     """Score ``program``'s candidate workflows (``candidate_space`` over its pool, plus ``config``'s
     templates) on ``trainset`` with ``metric``, by successive halving within ``max_worker_calls``; with
-    ``output_dir``, resumable and reported there (``write_search_report``). Raises ``ConfigError`` for a pool or dataset
-    the search can't use."""
+    ``output_dir``, resumable and reported there (``write_search_report``); with ``ray`` (a cluster address), one
+    question per CPU of that cluster at once (``RayQuestionScorer``). Raises ``ConfigError`` for a pool or dataset the
+    search can't use."""
     config = config or ProgramSearchConfig()
     examples = _usable(program, trainset)
     proposed = proposed_subtasks(examples, program.signature.output_fields) if config.propose else []
@@ -260,27 +265,23 @@ def program_search(
     random.Random(config.seed).shuffle(order)  # a rung of mixed questions, not the file's first kind
     folder = Path(output_dir) if output_dir is not None else None
     store = _ScoreStore(folder, candidates, examples)
-    replay = program.pool.replayed(_samples(program, folder))
-    runner = rollout_program(program, replay)
-    started, alive, rungs = time.perf_counter(), list(candidates), []
+    scorer = question_scorer(program, _samples(program, folder), metric, config.max_parallel, ray)
+    alive, rungs = list(candidates), []
     size, exhausted = min(config.first_rung, len(order)), False
-    with _progress(progress) as bar:
-        while True:
-            bar(f"rung {len(rungs) + 1}: {len(alive)} candidates on {size} questions", len(alive) * size)
-            for i in order[:size]:
-                if not _fits(replay, store.cost, alive, config.max_worker_calls):
-                    exhausted = True
+    try:
+        with _progress(progress) as bar:
+            while True:
+                bar(f"rung {len(rungs) + 1}: {len(alive)} candidates on {size} questions", len(alive) * size)
+                exhausted = _score_rung(scorer, examples, order[:size], alive, store, config.max_worker_calls, bar)
+                rungs.append({"candidates": len(alive), "questions": size})
+                if exhausted or size == len(order):
                     break
-                _score_question(runner, examples[i], alive, metric, config, store, i)
-                store.save_cost(_spent(store.cost, replay, started))  # a killed search resumes with its cost so far
-                bar(None, len(alive))
-            rungs.append({"candidates": len(alive), "questions": size})
-            if exhausted or size == len(order):
-                break
-            alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
-            size = min(len(order), size * config.eta)
-    spent = _spent(store.cost, replay, started)
-    store.save_cost(spent)
+                alive = _survivors(alive, [store.outcomes(i) for i in order[:size]], config.eta)
+                size = min(len(order), size * config.eta)
+    finally:
+        scorer.close()
+    spent = store.spent()
+    store.save_cost()
     outcomes = [store.outcomes(i) for i in range(len(examples))]
     result = SearchResult(candidates, examples, outcomes, spent, rungs, exhausted, config.neighbours)
     logger.info(
@@ -295,11 +296,11 @@ def program_search(
 
 
 def _samples(program: Conductor, folder: Path | None) -> ReplayStore | None:
-    """Where the search keeps its workers' completions beyond this process: ``replay.sqlite`` in its folder, unless
-    the pool's replay workers keep theirs in a store already (which a config shares with the compile's other phases).
-    Without a folder, in this process's memory alone."""
-    if folder is None or program.pool.replay_store is not None:
-        return None
+    """Where the search keeps its workers' completions beyond one process: the store the pool's replay workers keep
+    theirs in (which a config shares with the compile's other phases), else ``replay.sqlite`` in its folder; with
+    neither, each process's memory alone."""
+    if program.pool.replay_store is not None or folder is None:
+        return program.pool.replay_store
     return ReplayStore(folder / SAMPLES)
 
 
@@ -363,41 +364,53 @@ def _usable(program: Conductor, trainset: Sequence[dspy.Example]) -> list[dspy.E
     return list(trainset)
 
 
-def _spent(before: SearchCost, pool: Sequence[Worker], started: float) -> SearchCost:
-    """What the search has spent in all: ``before`` (earlier runs of it) plus this run's calls through the replaying
-    workers of ``pool`` and its time since ``started``."""
-    return SearchCost(
-        before.worker_calls + sum(w.calls for w in pool),
-        before.tokens + sum(w.tokens for w in pool),
-        before.wall_s + time.perf_counter() - started,
-    )
-
-
-def _fits(pool: Sequence[Worker], spent: SearchCost, alive: Sequence[Candidate], budget: int | None) -> bool:
-    """Whether one more question fits the budget even if every survivor's every step were a new call."""
-    if budget is None:
-        return True
-    made = spent.worker_calls + sum(w.calls for w in pool)
-    return made + sum(len(c.steps) for c in alive) <= budget
-
-
-def _score_question(
-    runner: Conductor,
-    example: dspy.Example,
+def _score_rung(
+    scorer: QuestionScorer | RayQuestionScorer,
+    examples: Sequence[dspy.Example],
+    questions: Sequence[int],
     alive: Sequence[Candidate],
-    metric: Metric,
-    config: ProgramSearchConfig,
     store: _ScoreStore,
-    index: int,
+    budget: int | None,
+    bar: Callable[[str | None, int], None],
+) -> bool:
+    """Score every candidate of ``alive`` not yet scored on ``questions``, ``scorer.slots`` questions at once, and
+    record each question as it finishes. A question starts only if its steps, all called anew, fit ``budget`` beside
+    what the search has spent and what the questions running could still spend. Returns whether the budget ran out."""
+    running: dict[int, tuple[list[Candidate], int]] = {}  # question -> its candidates, and the most calls they make
+    waiting = iter(questions)
+    while True:
+        while len(running) < scorer.slots and (i := next(waiting, None)) is not None:
+            todo = [c for c in alive if c.name not in store.outcomes(i)]
+            if not todo:  # scored in an earlier sitting
+                bar(None, len(alive))
+                continue
+            most = sum(len(c.steps) for c in todo)
+            if budget is not None and store.spent().worker_calls + sum(m for _, m in running.values()) + most > budget:
+                _drain(scorer, running, store, bar, len(alive))
+                return True
+            scorer.submit(i, examples[i], todo)
+            running[i] = (todo, most)
+        if not running:
+            return False
+        _drain(scorer, running, store, bar, len(alive), first_only=True)
+
+
+def _drain(
+    scorer: QuestionScorer | RayQuestionScorer,
+    running: dict[int, tuple[list[Candidate], int]],
+    store: _ScoreStore,
+    bar: Callable[[str | None, int], None],
+    advance: int,
+    *,
+    first_only: bool = False,
 ) -> None:
-    """Run every surviving candidate not yet scored on ``example`` and record each outcome (the metric's score,
-    with a wrong answer and a failed run both 0)."""
-    todo = [c for c in alive if c.name not in store.outcomes(index)]
-    jobs = [RolloutJob(example, template_workflow(c.steps, runner.pool.names)) for c in todo]
-    runs = run_and_score(runner, jobs, metric, RewardConfig(wrong=0.0), threads=config.max_parallel)
-    for candidate, run in zip(todo, runs, strict=True):
-        reward = run.reward
-        store.add(index, candidate, Outcome(reward.value, reward.steps, reward.tokens, reward.cost))
+    """Record the questions ``running`` as they finish: the first alone, or all of them."""
+    while running:
+        scored = scorer.next()
+        store.record(scored, running.pop(scored.index)[0])
+        bar(None, advance)
+        if first_only:
+            return
 
 
 def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], eta: int) -> list[Candidate]:
@@ -428,7 +441,9 @@ class _ScoreStore:
         self.folder = folder
         self._keys = [question_key(e) for e in examples]
         self._rows: dict[int, dict[str, Outcome]] = {}
-        self.cost = SearchCost()
+        self.before = SearchCost()  # what earlier sittings spent
+        self._calls = self._tokens = 0
+        self._started = time.perf_counter()
         if folder is None:
             return
         folder.mkdir(parents=True, exist_ok=True)
@@ -459,23 +474,40 @@ class _ScoreStore:
             (folder / SCORES).write_text("".join(line + "\n" for line in readable))
         if (folder / STATE).exists():
             saved = json.loads((folder / STATE).read_text())
-            self.cost = SearchCost(**{name: saved[name] for name in ("worker_calls", "tokens", "wall_s")})
+            self.before = SearchCost(**{name: saved[name] for name in ("worker_calls", "tokens", "wall_s")})
         if self._rows:
             logger.info("program search: resuming with %d scored pairs", sum(map(len, self._rows.values())))
 
     def outcomes(self, index: int) -> dict[str, Outcome]:
         return self._rows.setdefault(index, {})
 
-    def add(self, index: int, candidate: Candidate, outcome: Outcome) -> None:
+    def record(self, scored: Scored, candidates: Sequence[Candidate]) -> None:
+        """Keep a question's outcomes (``scored.runs`` in ``candidates``' order) and what they cost; a killed search
+        resumes with the cost so far."""
+        for candidate, run in zip(candidates, scored.runs, strict=True):
+            self._add(scored.index, candidate, Outcome(*run))
+        self._calls += scored.calls
+        self._tokens += scored.tokens
+        self.save_cost()
+
+    def _add(self, index: int, candidate: Candidate, outcome: Outcome) -> None:
         self.outcomes(index)[candidate.name] = outcome
         if self.folder is not None:
             record = {"question": index, "key": self._keys[index], "candidate": candidate.name}
             with open(self.folder / SCORES, "a") as f:
                 f.write(json.dumps({**record, "steps": _steps(candidate), "outcome": asdict(outcome)}) + "\n")
 
-    def save_cost(self, cost: SearchCost) -> None:
+    def spent(self) -> SearchCost:
+        """What the search has spent in all: earlier sittings' cost plus this one's calls, tokens and time."""
+        return SearchCost(
+            self.before.worker_calls + self._calls,
+            self.before.tokens + self._tokens,
+            self.before.wall_s + time.perf_counter() - self._started,
+        )
+
+    def save_cost(self) -> None:
         if self.folder is not None:
-            (self.folder / STATE).write_text(json.dumps(asdict(cost), indent=2))
+            (self.folder / STATE).write_text(json.dumps(asdict(self.spent()), indent=2))
 
 
 def question_key(example: dspy.Example) -> str:
