@@ -16,6 +16,7 @@ from tests.bench.test_runner import _comparable, _config
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine (pyproject's addopts)
 
+
 def test_a_config_gives_the_same_records_on_ray_as_in_this_process(tmp_path: Path, local_cluster: None) -> None:
     data = _config(tmp_path, n=3, threads=2, pool={"simulated": {"models": ["gemma-3-27b", "qwen3-32b-direct"]}})
     data["methods"] += [
