@@ -5,7 +5,8 @@ open with the same step share its sample; the search's store (if any) keeps the 
 every actor. In this process a question is scored as soon as it is asked for (one at a time: the candidates of a
 question already run ``max_parallel`` at once); on Ray each actor loads the saved program once and scores one
 question at a time, so as many questions run at once as the cluster has CPUs, and local models, which generate one
-call at a time per process, use every core. A question's outcomes are the same wherever it runs.
+call at a time per process, use every core. A question is scored alike wherever it runs (greedy workers give the
+same outcomes; sampled ones draw where they run).
 """
 
 from __future__ import annotations
@@ -28,12 +29,27 @@ from conductor.optimizers.search._space import Candidate
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """One candidate on one question: its score in [0, 1] and what its run cost (as if run alone)."""
+
+    score: float
+    steps: int
+    tokens: int
+    cost: float
+
+    @property
+    def price(self) -> tuple[float, int, int]:
+        """What ties are broken by: dollars, then steps (calls), then tokens."""
+        return (self.cost, self.steps, self.tokens)
+
+
+@dataclass(frozen=True)
 class Scored:
-    """One question's candidates scored: ``runs[k]`` is ``(score, steps, tokens, cost)`` of the ``k``-th candidate
-    asked for, and ``calls``/``tokens`` what the workers were paid for doing it (replayed answers excluded)."""
+    """One question's candidates scored: their outcomes in the order asked for, and ``calls``/``tokens`` what the
+    workers were paid for doing it (replayed answers excluded)."""
 
     index: int
-    runs: list[tuple[float, int, int, float]]
+    outcomes: list[Outcome]
     calls: int
     tokens: int
 
@@ -56,9 +72,9 @@ class QuestionScorer:
         calls, tokens = self._paid()
         jobs = [RolloutJob(example, template_workflow(c.steps, self.runner.pool.names)) for c in candidates]
         runs = run_and_score(self.runner, jobs, self.metric, RewardConfig(wrong=0.0), threads=self.max_parallel)
-        rewards = [(run.reward.value, run.reward.steps, run.reward.tokens, run.reward.cost) for run in runs]
+        outcomes = [Outcome(run.reward.value, run.reward.steps, run.reward.tokens, run.reward.cost) for run in runs]
         after = self._paid()
-        return Scored(index, rewards, after[0] - calls, after[1] - tokens)
+        return Scored(index, outcomes, after[0] - calls, after[1] - tokens)
 
     def _paid(self) -> tuple[int, int]:
         return sum(w.calls for w in self.pool), sum(w.tokens for w in self.pool)

@@ -47,7 +47,7 @@ from conductor.optimizers._rewards import Metric
 from conductor.optimizers.finetune import TemplateStep, WarmStartConfig, template_choices
 from conductor.optimizers.search._neighbours import nearest
 from conductor.optimizers.search._propose import proposed_subtasks
-from conductor.optimizers.search._scoring import QuestionScorer, RayQuestionScorer, Scored, question_scorer
+from conductor.optimizers.search._scoring import Outcome, QuestionScorer, RayQuestionScorer, Scored, question_scorer
 from conductor.optimizers.search._space import DIRECT, Candidate, candidate_space
 
 logger = logging.getLogger(__name__)
@@ -97,21 +97,6 @@ class ProgramSearchConfig(pydantic.BaseModel):
     @classmethod
     def _template_steps(cls, value: Any) -> Any:
         return {name: template_choices(steps) for name, steps in value.items()} if isinstance(value, dict) else value
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One candidate on one question: its score in [0, 1] and what its run cost (as if run alone)."""
-
-    score: float
-    steps: int
-    tokens: int
-    cost: float
-
-    @property
-    def price(self) -> tuple[float, int, int]:
-        """What ties are broken by: dollars, then steps (calls), then tokens."""
-        return (self.cost, self.steps, self.tokens)
 
 
 @dataclass
@@ -377,40 +362,25 @@ def _score_rung(
     record each question as it finishes. A question starts only if its steps, all called anew, fit ``budget`` beside
     what the search has spent and what the questions running could still spend. Returns whether the budget ran out."""
     running: dict[int, tuple[list[Candidate], int]] = {}  # question -> its candidates, and the most calls they make
-    waiting = iter(questions)
+    waiting, exhausted = iter(questions), False
     while True:
-        while len(running) < scorer.slots and (i := next(waiting, None)) is not None:
+        while not exhausted and len(running) < scorer.slots and (i := next(waiting, None)) is not None:
             todo = [c for c in alive if c.name not in store.outcomes(i)]
             if not todo:  # scored in an earlier sitting
                 bar(None, len(alive))
                 continue
             most = sum(len(c.steps) for c in todo)
-            if budget is not None and store.spent().worker_calls + sum(m for _, m in running.values()) + most > budget:
-                _drain(scorer, running, store, bar, len(alive))
-                return True
-            scorer.submit(i, examples[i], todo)
-            running[i] = (todo, most)
+            exhausted = (
+                budget is not None and store.spent().worker_calls + sum(m for _, m in running.values()) + most > budget
+            )
+            if not exhausted:
+                scorer.submit(i, examples[i], todo)
+                running[i] = (todo, most)
         if not running:
-            return False
-        _drain(scorer, running, store, bar, len(alive), first_only=True)
-
-
-def _drain(
-    scorer: QuestionScorer | RayQuestionScorer,
-    running: dict[int, tuple[list[Candidate], int]],
-    store: _ScoreStore,
-    bar: Callable[[str | None, int], None],
-    advance: int,
-    *,
-    first_only: bool = False,
-) -> None:
-    """Record the questions ``running`` as they finish: the first alone, or all of them."""
-    while running:
+            return exhausted
         scored = scorer.next()
         store.record(scored, running.pop(scored.index)[0])
-        bar(None, advance)
-        if first_only:
-            return
+        bar(None, len(alive))
 
 
 def _survivors(alive: Sequence[Candidate], rows: Sequence[dict[str, Outcome]], eta: int) -> list[Candidate]:
@@ -482,10 +452,10 @@ class _ScoreStore:
         return self._rows.setdefault(index, {})
 
     def record(self, scored: Scored, candidates: Sequence[Candidate]) -> None:
-        """Keep a question's outcomes (``scored.runs`` in ``candidates``' order) and what they cost; a killed search
+        """Keep a question's outcomes (in ``candidates``' order) and what they cost; a killed search
         resumes with the cost so far."""
-        for candidate, run in zip(candidates, scored.runs, strict=True):
-            self._add(scored.index, candidate, Outcome(*run))
+        for candidate, outcome in zip(candidates, scored.outcomes, strict=True):
+            self._add(scored.index, candidate, outcome)
         self._calls += scored.calls
         self._tokens += scored.tokens
         self.save_cost()
