@@ -249,10 +249,8 @@ class _ProgramArgs(_Spec):
     @pydantic.field_validator("path")
     @classmethod
     def _folder(cls, path: str, info: pydantic.ValidationInfo) -> str:
-        folder = config_relative(path, info)
-        if not folder.is_dir():
-            raise ValueError(f"{folder} is not a saved program folder")
-        return str(folder)
+        # a missing folder is the run's to judge: its recorded units may stand without it (see MethodSpec.gone)
+        return str(config_relative(path, info))
 
 
 def saved_program(pool: WorkerPool, args: _ProgramArgs, seed: int, budget: Budget) -> Conductor:
@@ -447,6 +445,13 @@ class MethodSpec(_Spec):
     def _check(self, info: pydantic.ValidationInfo) -> MethodSpec:
         self._parsed = _parse_args(METHODS[self.type].args, self.args, info)
         return self
+
+    @property
+    def gone(self) -> Path | None:
+        """The saved program folder this method names, where it isn't there: checkpoints are run outputs that a clean
+        clone lacks, while the units recorded with them are committed."""
+        folder = Path(self._parsed.path) if isinstance(self._parsed, _ProgramArgs) else None
+        return folder if folder is not None and not folder.is_dir() else None
 
     def build(self, pool: WorkerPool, seed: int) -> PoolProgram:
         """This method's program over ``pool`` for run seed ``seed``; ``ConfigError`` if the pool can't run it."""

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -188,7 +189,7 @@ def _build_programs(config: BenchConfig) -> tuple[dict[tuple[str, int], PoolProg
         pool = config.build_pool(seed)
         pools.append(pool)
         for method in config.methods:
-            if method.name in problems:
+            if method.name in problems or method.gone:  # a gone program's units are all recorded (run_benchmark)
                 continue
             try:
                 programs[method.name, seed] = method.build(pool, seed)
@@ -302,21 +303,46 @@ def _progress(total: int, done: int, enabled: bool) -> Iterator[Any]:
         yield advance
 
 
+def _check_gone(gone: dict[str, Path], jobs: list[_Job], pending: list[_Job], results: Path) -> None:
+    """Refuse a run that would need a program that isn't there; warn where its recorded units stand in for it."""
+    missing = Counter(job.unit.method for job in pending if job.unit.method in gone)
+    if missing:
+        total = Counter(job.unit.method for job in jobs)
+        raise ConfigError(
+            "can't run methods whose saved program is not there:\n"
+            + "\n".join(
+                f"  method {name!r}: {gone[name]} is not a saved program folder, and {count} of its {total[name]} "
+                f"units are not recorded in {results}"
+                for name, count in missing.items()
+            )
+        )
+    for name, folder in gone.items():
+        logger.warning("method %r: %s is not there; its recorded units are kept as they were recorded", name, folder)
+
+
 def run_benchmark(config: BenchConfig, *, fresh: bool = False, progress: bool = True) -> list[dict[str, Any]]:
     """Run every unit of ``config`` that ``output/results.jsonl`` doesn't already hold (all of them with ``fresh``)
     and return the records of every unit, in the config's order.
 
     A record counts as done only if it was made with the same pool, method and dataset settings (its
-    ``fingerprint``); others are recomputed. Models load once per process; ``config.threads`` units run at once
-    (per actor with ``config.ray``: a unit's record is the same wherever it runs).
+    ``fingerprint``); others are recomputed. A method whose saved program folder is gone keeps the records it has,
+    unchecked (nothing is left to check them against), so that a row can join a bench whose other checkpoints were
+    not kept; ``ConfigError`` if any of its units is unrecorded. Models load once per process; ``config.threads``
+    units run at once (per actor with ``config.ray``: a unit's record is the same wherever it runs).
     """
     store = ResultsFile(config.output / RESULTS_FILE)
-    if fresh:
-        store.clear()
     jobs = _jobs(config)
     current = {job.unit.key: job.fingerprint for job in jobs}
-    results = {record_key(r): r for r in store.read() if current.get(record_key(r)) == r.get("fingerprint")}
+    gone = {method.name: method.gone for method in config.methods if method.gone}
+    results = {
+        record_key(r): r
+        for r in ([] if fresh else store.read())
+        if record_key(r) in current and (r["method"] in gone or current[record_key(r)] == r.get("fingerprint"))
+    }
     pending = [job for job in jobs if job.unit.key not in results]
+    _check_gone(gone, jobs, pending, store.path)  # before --fresh clears anything
+    if fresh:
+        store.clear()
     logger.info("%d units: %d already recorded, %d to run", len(jobs), len(jobs) - len(pending), len(pending))
     started = time.perf_counter()
     run = _run_on_ray if config.ray is not None and pending else _run_on_threads

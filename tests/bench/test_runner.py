@@ -229,8 +229,40 @@ def test_a_saved_program_runs_over_the_experiments_pool(tmp_path):
 
     assert all(r["workflow"] == {"workers": ["flaky"], "access": [[]], "rounds": 1} for r in records)
 
-    with pytest.raises(ConfigError, match="is not a saved program folder"):
-        validate_config({**data, "methods": [{"name": "x", "type": "program", "args": {"path": "nowhere"}}]}, tmp_path)
+
+def test_a_row_joins_a_bench_whose_saved_program_is_gone_and_a_program_never_run_is_refused(tmp_path, caplog):
+    """Checkpoints are run outputs a clean clone lacks; the units recorded with them are committed. A method whose
+    program folder is gone keeps its records, so a new row can be benched beside it; a run that would need the missing
+    program (a unit unrecorded, or --fresh) is refused before anything runs or is cleared."""
+    from conductor.deploy import save_program
+    from conductor.modules import Conductor, WorkerPool
+    from tests.deploy.helpers import fixed_lm
+
+    title = {"kind": "tool", "tool": "string:capwords"}
+    saved_pool = WorkerPool.from_config({"workers": [{"name": "a", **title}, {"name": "b", **title}]})
+    workflow = 'model_id = [1]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+    save_program(Conductor(saved_pool, fixed_lm(workflow), max_steps=1), tmp_path / "saved")
+    data = _config(tmp_path, n=2)
+    saved = {"name": "saved", "type": "program", "args": {"path": "saved", "trust_code": True}}
+    data["methods"] = [saved]
+    first = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["flaky"] == 8 and _calls()["oracle"] == 0
+
+    shutil.rmtree(tmp_path / "saved")
+    data["methods"] = [saved, {"name": "oracle", "type": "single", "args": {"worker": 0}}]
+    records = run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert _calls()["flaky"] == 8 and _calls()["oracle"] == 8  # only the new row ran
+    assert [r for r in records if r["method"] == "saved"] == first
+    assert "'saved'" in caplog.text and "kept as they were recorded" in caplog.text
+
+    results = (tmp_path / "out" / RESULTS_FILE).read_bytes()
+    with pytest.raises(ConfigError, match=r"'saved': .*saved is not a saved program folder, and 8 of its 8 units"):
+        run_benchmark(validate_config(data, base_dir=tmp_path), fresh=True, progress=False)
+    data["methods"].append({"name": "never run", "type": "program", "args": {"path": "nowhere"}})
+    with pytest.raises(ConfigError, match=r"'never run': .*nowhere is not a saved program folder") as refused:
+        run_benchmark(validate_config(data, base_dir=tmp_path), progress=False)
+    assert "'saved'" not in str(refused.value)  # the gone program with every unit recorded is not a problem
+    assert (tmp_path / "out" / RESULTS_FILE).read_bytes() == results and sum(_calls().values()) == 16
 
 
 def test_a_saved_program_copied_back_unchanged_keeps_its_records_and_one_saved_anew_runs_again(tmp_path):
